@@ -1,0 +1,39 @@
+"""pymc-subsample: subsampling MCMC step methods for PyMC on tall data.
+
+    import pymc as pm, pymc_subsample as pms
+    with model:
+        idata = pm.sample(step=pms.BarkerMinibatch())   # or AustereMH(), ScalableMH()
+
+The step methods (and everything that needs PyMC) are imported lazily, so the pure
+NumPy kernels in :mod:`pymc_subsample.kernels` load without PyMC.
+"""
+
+from importlib import import_module
+
+__version__ = "0.1.0"
+
+_LAZY = {
+    "LikelihoodEngine": "pymc_subsample.engine",
+    "ModelNotSupportedError": "pymc_subsample.engine",
+    "AustereMH": "pymc_subsample.steps.austere",
+    "BarkerMinibatch": "pymc_subsample.steps.barker",
+    "ScalableMH": "pymc_subsample.steps.scalable",
+    "design_austerity_test": "pymc_subsample.design",
+    "diagnostics": "pymc_subsample.diagnostics",
+    "proposals": "pymc_subsample.proposals",
+}
+
+__all__ = sorted(_LAZY) + ["__version__"]
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        module = import_module(_LAZY[name])
+        value = module if module.__name__.endswith("." + name) else getattr(module, name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'pymc_subsample' has no attribute '{name}'")
+
+
+def __dir__():
+    return __all__

@@ -1,0 +1,206 @@
+"""Recognising generalised linear likelihoods in a PyMC model, for ScalableMH's bounds.
+
+ScalableMH (Cornish et al. 2019) needs per-row constants ``psi_i`` bounding every
+(k+1)-th partial derivative of ``U_i = -log p(x_i | theta)`` (see
+:mod:`pymc_subsample.kernels.bounds`). For a row term that depends on the step's
+variables only through a linear predictor, ``U_i = f(eta_i)`` with
+``eta_i = a_i + sum_j J_ij q_j`` (``q`` the step's raveled unconstrained vector), every
+(k+1)-th partial derivative is ``f^(k+1)(eta_i) * J_ij1 ... J_ij(k+1)``, so
+
+    psi_i = sup |f^(k+1)| * M_i^(k+1),   M_i = max_j |J_ij|.
+
+This module finds ``f`` and ``eta`` in the model graph and computes ``M_i`` from the
+model itself: ``J`` is the Jacobian of ``eta`` with respect to ``q``, which for an affine
+``eta`` is constant, so the columns ``eta(q_hat + e_j) - eta(q_hat)`` are exact (up to
+rounding, covered by a relative margin).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pytensor.tensor as pt
+from pytensor.tensor.elemwise import Elemwise
+
+from .kernels.bounds import glm_bound_constants
+
+try:
+    from pytensor.graph.traversal import ancestors
+except ImportError:  # pragma: no cover
+    from pytensor.graph.basic import ancestors
+
+__all__ = ["GLMSpec", "detect_glm", "glm_psi", "SUPPORTED_TEXT"]
+
+SUPPORTED_TEXT = (
+    "bounds='auto' recognises one observed variable whose row terms depend on the step's "
+    "variables only through a linear predictor eta_i = x_i . beta (+ intercept): "
+    "pm.Bernoulli with logit_p=eta (or p=pm.math.invlogit(eta)); pm.StudentT(nu, mu=eta, "
+    "sigma) with nu and sigma fixed numbers or data; pm.Normal(mu=eta, sigma) with sigma "
+    "fixed. For any other model pass bounds=callable: bounds(order) -> array of N per-row "
+    "constants psi_i >= sup |(order+1)-th partial derivatives of -log p(x_i | q)| over the "
+    "step's unconstrained space (Cornish et al. 2019, eq. 12), or that array itself."
+)
+
+_SIGMOID = pt.sigmoid(pt.dvector()).owner.op
+
+
+@dataclass
+class GLMSpec:
+    """A recognised GLM likelihood: family, linear predictor and fixed parameters."""
+
+    family: str
+    observed: str
+    eta: object  # model expression (in terms of value variables)
+    params: dict  # fixed family parameters: arrays broadcastable to (N,)
+
+
+def _is_fixed(var, model):
+    """True when ``var`` depends on no random variable or value variable of the model."""
+    free = set(model.free_RVs) | set(model.value_vars) | set(model.observed_RVs)
+    return not any(a in free for a in ancestors([var]))
+
+
+def _fixed_value(var, name, obs, model):
+    if not _is_fixed(var, model):
+        raise ValueError(
+            f"ScalableMH bounds='auto': the {name} of observed '{obs}' depends on a free "
+            f"variable; the derivative bounds only hold for a fixed {name} (over the whole "
+            "space they are unbounded, e.g. a Normal with unknown scale). " + SUPPORTED_TEXT
+        )
+    return np.asarray(var.eval(), dtype=np.float64)
+
+
+def detect_glm(model) -> GLMSpec:
+    """Find the GLM structure of the model's likelihood, or raise a ValueError saying why.
+
+    Parameters
+    ----------
+    model : pymc.Model
+
+    Returns
+    -------
+    GLMSpec
+    """
+    obs = list(model.observed_RVs)
+    if len(obs) != 1:
+        raise ValueError(
+            f"ScalableMH bounds='auto' supports one observed variable, the model has {len(obs)} "
+            f"({', '.join(o.name for o in obs)}). " + SUPPORTED_TEXT
+        )
+    rv = obs[0]
+    op = rv.owner.op
+    kind = type(op).__name__
+    params = op.dist_params(rv.owner) if hasattr(op, "dist_params") else rv.owner.inputs[3:]
+    if kind == "BernoulliRV":
+        (p,) = params
+        if p.owner is None or not (isinstance(p.owner.op, Elemwise) and p.owner.op == _SIGMOID):
+            raise ValueError(
+                f"ScalableMH bounds='auto': observed '{rv.name}' is Bernoulli but not with a logit "
+                "link (use logit_p=eta). " + SUPPORTED_TEXT
+            )
+        spec = GLMSpec("bernoulli_logit", rv.name, p.owner.inputs[0], {})
+    elif kind == "StudentTRV":
+        nu, mu, sigma = params
+        spec = GLMSpec(
+            "student_t",
+            rv.name,
+            mu,
+            {
+                "nu": _fixed_value(nu, "degrees of freedom nu", rv.name, model),
+                "sigma": _fixed_value(sigma, "scale sigma", rv.name, model),
+            },
+        )
+    elif kind == "NormalRV":
+        mu, sigma = params
+        spec = GLMSpec(
+            "normal", rv.name, mu, {"sigma": _fixed_value(sigma, "scale sigma", rv.name, model)}
+        )
+    else:
+        raise ValueError(
+            f"ScalableMH bounds='auto' does not know the likelihood of observed '{rv.name}' "
+            f"({kind}). " + SUPPORTED_TEXT
+        )
+    spec.eta = model.replace_rvs_by_values([spec.eta])[0]
+    return spec
+
+
+def _check_affine(engine, eta_fn, q_hat, rng_seed=0):
+    """Check on a few rows and random points that eta is affine in q (second differences)."""
+    rng = np.random.default_rng(rng_seed)  # set-up check, not sampling
+    rows = np.sort(rng.choice(engine.n_rows, size=min(engine.n_rows, 64), replace=False))
+    data = engine.gather(rows)
+    d = engine.ndim
+    for _ in range(3):
+        a, b = rng.standard_normal(d), rng.standard_normal(d)
+        f00 = eta_fn(q_hat, *data)
+        f10 = eta_fn(q_hat + a, *data)
+        f01 = eta_fn(q_hat + b, *data)
+        f11 = eta_fn(q_hat + a + b, *data)
+        second = f11 - f10 - f01 + f00
+        scale = np.abs(f00) + np.abs(f10) + np.abs(f01) + np.abs(f11) + 1.0
+        if np.any(np.abs(second) > 1e-8 * scale):
+            return False
+    return True
+
+
+def glm_psi(engine, spec: GLMSpec, order: int, q_hat, *, chunk: int = 65536) -> np.ndarray:
+    """Per-row bound constants ``psi_i`` (Cornish et al. 2019, eq. 12) for a recognised GLM.
+
+    Reads the data once, in chunks of rows (bounded memory; memmap-friendly).
+
+    Parameters
+    ----------
+    engine : LikelihoodEngine
+    spec : GLMSpec
+        From :func:`detect_glm`.
+    order : int
+        Taylor order ``k`` (1 or 2); the bound is on the (k+1)-th derivatives.
+    q_hat : ndarray
+        The point the Jacobian columns are taken at (any point: they are constant).
+
+    Returns
+    -------
+    ndarray of float64, shape (N,)
+    """
+    eta_fn = engine.compile_batch([pt.as_tensor_variable(spec.eta)])
+    q_hat = np.asarray(q_hat, dtype=np.float64)
+
+    def eta(q, data):
+        out = eta_fn(q, *data)[0]
+        return np.broadcast_to(out, (data[0].shape[0],))
+
+    if not _check_affine(engine, lambda q, *data: eta(q, data), q_hat):
+        raise ValueError(
+            f"ScalableMH bounds='auto': the linear predictor of observed '{spec.observed}' is "
+            "not affine in the step's unconstrained variables (e.g. a coefficient multiplied "
+            "by another sampled variable, or a positive-constrained coefficient, which is "
+            "log-transformed). " + SUPPORTED_TEXT
+        )
+    n, d = engine.n_rows, engine.ndim
+    eye = np.eye(d)
+    psi = np.empty(n)
+    sigma = spec.params.get("sigma")
+    nu = spec.params.get("nu")
+    if nu is not None:
+        if np.ndim(nu) and np.unique(nu).size > 1:
+            raise ValueError("ScalableMH bounds='auto' needs one nu for all rows. " + SUPPORTED_TEXT)
+        nu = float(np.ravel(nu)[0])
+    for s in range(0, n, chunk):
+        e = min(s + chunk, n)
+        data = engine.gather_slice(s, e)
+        base = eta(q_hat, data)
+        M = np.zeros(e - s)
+        for j in range(d):
+            M = np.maximum(M, np.abs(eta(q_hat + eye[j], data) - base))
+        M *= 1.0 + 1e-7  # rounding margin: the differences of an affine function are exact
+        if spec.family == "bernoulli_logit":
+            psi[s:e] = glm_bound_constants("bernoulli_logit", M, order)
+        else:
+            sig = np.broadcast_to(sigma, (n,))[s:e] if np.ndim(sigma) else float(sigma)
+            kw = {"nu": nu} if spec.family == "student_t" else {}
+            # f(eta) = g((y - eta) / sigma): the m-th derivative scales as sigma^-m
+            psi[s:e] = glm_bound_constants(
+                spec.family, M, order, scale=1.0 / np.asarray(sig), sigma=1.0, **kw
+            )
+    return psi

@@ -1,0 +1,427 @@
+"""Austerity MH: the approximate Metropolis-Hastings test as a sequential t-test.
+
+Implements the accept/reject rule of Korattikara, Chen & Welling (2014), "Austerity in
+MCMC Land: Cutting the Metropolis-Hastings Budget" (Algorithm 1, eqs 2-5), as a pure
+function of a random generator and a callable that evaluates data rows. Nothing here
+imports PyMC or PyTensor.
+
+The exact MH rule, rewritten as in eqs 2-3 of the paper: draw ``u ~ U(0, 1)`` and accept
+iff the population mean ``mu = (1/N) sum_i l_i`` of the per-row log-likelihood
+differences ``l_i = log p(x_i | theta') - log p(x_i | theta)`` exceeds
+
+    mu_0 = (log u - log_ratio_o1) / N,
+
+with ``log_ratio_o1 = log p(theta') - log p(theta) + log q(theta | theta') -
+log q(theta' | theta)`` the data-free part of the log MH ratio. Algorithm 1 estimates
+``mu`` from a growing sample of rows drawn without replacement and stops as soon as a
+one-sample t-test separates the sample mean from ``mu_0`` at level ``epsilon``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+from scipy import special
+
+from .rows import RowSampler
+
+__all__ = ["AustereResult", "austere_test", "clt_check"]
+
+
+@dataclass(frozen=True, slots=True)
+class AustereResult:
+    """Outcome of one approximate MH test (Algorithm 1 of Korattikara et al. 2014).
+
+    Attributes
+    ----------
+    accept : bool
+        The decision.
+    data_used : int
+        Number of distinct rows whose ``l_i`` were evaluated (``n`` when the test stopped).
+    n_batches : int
+        Number of calls made to ``loglik_diff``.
+    exact : bool
+        True when the decision is certainly the exact MH decision for this ``u``: all
+        ``N`` rows were used, ``log_ratio_o1`` was ``-inf``, or some ``l_i`` was ``-inf``
+        (the full-data log ratio is then ``-inf`` whatever the unseen rows hold).
+    mean : float
+        Sample mean ``l_bar`` of the ``l_i`` used (NaN when no row was used).
+    mu_0 : float
+        The threshold of eq. 2 (NaN when ``log_ratio_o1`` is not finite).
+    sd : float
+        Estimated standard deviation ``s`` of ``l_bar`` at the last stage, eq. 4 (0 when
+        all rows were used, NaN when not computed).
+    t : float
+        Test statistic of eq. 5 at the last stage (NaN when not computed).
+    delta : float
+        ``1 - Phi_{n-1}(|t|)`` at the last stage (NaN when not computed).
+    log_u : float
+        Log of the uniform variate the decision was made for.
+    nonfinite : bool
+        True when the test stopped on a non-finite input it cannot decide on
+        (NaN or ``+inf`` ``log_ratio_o1``, NaN or ``+inf`` among the ``l_i``) and
+        rejected defensively. The step method should warn.
+    first_batch : numpy.ndarray or None
+        The ``l_i`` of the first batch, when requested with ``return_first_batch=True``
+        (for :func:`clt_check`).
+    """
+
+    accept: bool
+    data_used: int
+    n_batches: int
+    exact: bool
+    mean: float
+    mu_0: float
+    sd: float
+    t: float
+    delta: float
+    log_u: float
+    nonfinite: bool = False
+    first_batch: np.ndarray | None = None
+
+
+def _check_int(name: str, value, minimum: int) -> int:
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        if isinstance(value, (float, np.floating)) and float(value).is_integer():
+            value = int(value)
+        else:
+            raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}.")
+    value = int(value)
+    if value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value}.")
+    return value
+
+
+def _check_epsilon(epsilon) -> float:
+    try:
+        eps = float(epsilon)
+    except (TypeError, ValueError):
+        raise ValueError(f"epsilon must be a number in [0, 0.5), got {epsilon!r}.") from None
+    if not (0.0 <= eps < 0.5):
+        raise ValueError(f"epsilon must be in [0, 0.5), got {epsilon!r}.")
+    return eps
+
+
+def _contiguous_rows(n_total: int):
+    """Row source for epsilon = 0: every row is read, so order does not matter."""
+    state = {"start": 0}
+
+    def draw(m: int) -> np.ndarray:
+        start = state["start"]
+        stop = min(start + int(m), n_total)
+        state["start"] = stop
+        return np.arange(start, stop, dtype=np.int64)
+
+    return draw
+
+
+_NAN = float("nan")
+
+
+def austere_test(
+    rng: np.random.Generator,
+    loglik_diff: Callable[[np.ndarray], np.ndarray],
+    n_total: int,
+    log_ratio_o1: float,
+    *,
+    epsilon: float = 0.05,
+    batch_size: int = 500,
+    batch_increment: int | None = None,
+    log_u: float | None = None,
+    sampler: RowSampler | None = None,
+    return_first_batch: bool = False,
+) -> AustereResult:
+    """Approximate MH test as a sequential t-test (Algorithm 1, eqs 2-5).
+
+    Draws ``u ~ U(0, 1)`` (Algorithm 1, line 3) unless ``log_u`` is given, sets
+    ``mu_0 = (log u - log_ratio_o1) / N`` (eq. 2), then repeatedly draws a mini-batch of
+    rows without replacement, updates the sample mean ``l_bar`` and standard deviation
+    ``s_l`` of the ``l_i`` seen so far, and computes (eqs 4-5)
+
+        s = s_l / sqrt(n) * sqrt(1 - (n - 1) / (N - 1)),    t = (l_bar - mu_0) / s,
+        delta = 1 - Phi_{n-1}(|t|)
+
+    with ``Phi_{n-1}`` the Student-t cdf with ``n - 1`` degrees of freedom. It stops when
+    ``delta < epsilon`` and accepts iff ``l_bar > mu_0`` (Algorithm 1, lines 9-11).
+    When all ``N`` rows have been used the decision is the exact MH decision
+    ``log u < log_ratio_o1 + sum_i l_i`` (no t-test), so ``epsilon = 0`` reproduces exact
+    MH draw for draw for the same ``u``.
+
+    Parameters
+    ----------
+    rng : numpy.random.Generator
+        The only source of randomness (``u``, then the rows).
+    loglik_diff : callable
+        ``loglik_diff(rows) -> ndarray``: ``l_i`` for an int64 array of row indices, same
+        shape.
+    n_total : int
+        Number of data rows ``N``.
+    log_ratio_o1 : float
+        Data-free part of the log MH ratio: log prior ratio (with Jacobian) plus log
+        proposal ratio ``log q(theta | theta') - log q(theta' | theta)``.
+    epsilon : float, default 0.05
+        Level of each individual t-test, in ``[0, 0.5)``; ``0`` gives exact MH. Note the
+        error of the whole sequential test is larger (Sec. 5.1; see
+        :mod:`pymc_subsample.design`).
+    batch_size : int, default 500
+        Size ``m`` of the first mini-batch. The paper recommends ``m ~ 500`` so that the
+        CLT holds for the mean.
+    batch_increment : int, optional
+        Rows added per further stage (default ``batch_size``, as in Algorithm 1).
+    log_u : float, optional
+        ``log u`` to use instead of drawing ``u`` (in ``[-inf, 0]``). When omitted,
+        ``log u = log(1 - rng.random())`` (``u`` in ``(0, 1]``), the first draw from ``rng``.
+    sampler : RowSampler, optional
+        A fresh :class:`~pymc_subsample.kernels.rows.RowSampler` over ``n_total`` rows to
+        draw from (e.g. to inspect the rows used afterwards). Default: a new one on
+        ``rng``. When ``epsilon == 0`` and no sampler is given, rows are read in order
+        (every row is read, so no sampling is needed).
+    return_first_batch : bool, default False
+        Store the first batch's ``l_i`` in the result (for :func:`clt_check`).
+
+    Returns
+    -------
+    AustereResult
+
+    Notes
+    -----
+    Non-finite inputs are decided without statistics:
+
+    * ``log_ratio_o1`` is ``-inf`` (zero prior or zero reverse-proposal density at
+      ``theta'``): reject, no data used; this is the exact MH decision (``exact=True``).
+    * ``log_ratio_o1`` is NaN: reject, no data used, ``nonfinite=True``.
+    * ``log_ratio_o1`` is ``+inf``: **reject**, no data used, ``nonfinite=True``. A
+      ``+inf`` data-free ratio can only come from a current state with zero prior
+      density or from a proposal density that underflowed at the proposed point; both
+      are bugs upstream. Accepting would move the chain to a point whose likelihood was
+      never evaluated (it may be zero, after which every later test is NaN), while
+      rejecting leaves a visible, diagnosable stuck chain. The step method warns.
+    * some ``l_i`` is ``-inf`` (zero likelihood at ``theta'`` for a row): reject; the
+      full-data ratio is ``-inf``, so this is the exact decision (``exact=True``).
+    * some ``l_i`` is NaN or ``+inf`` (zero likelihood at the current state): reject,
+      ``nonfinite=True``, for the same reasons as a ``+inf`` ``log_ratio_o1``.
+
+    A sample with zero spread (all ``l_i`` equal) and ``l_bar != mu_0`` gives ``|t| =
+    inf`` and an immediate decision, as Algorithm 1 would; this is exactly the sparse-data
+    failure the paper warns about, which :func:`clt_check` flags.
+    """
+    n_total = _check_int("n_total", n_total, 1)
+    epsilon = _check_epsilon(epsilon)
+    batch_size = _check_int("batch_size", batch_size, 1)
+    if batch_increment is None:
+        increment = batch_size
+    else:
+        increment = _check_int("batch_increment", batch_increment, 1)
+    if not callable(loglik_diff):
+        raise ValueError("loglik_diff must be callable: loglik_diff(rows) -> ndarray.")
+    try:
+        o1 = float(log_ratio_o1)
+    except (TypeError, ValueError):
+        raise ValueError(f"log_ratio_o1 must be a float, got {log_ratio_o1!r}.") from None
+
+    if log_u is None:
+        lu = math.log1p(-rng.random())  # u = 1 - U lies in (0, 1]
+    else:
+        try:
+            lu = float(log_u)
+        except (TypeError, ValueError):
+            raise ValueError(f"log_u must be a float in [-inf, 0], got {log_u!r}.") from None
+        if math.isnan(lu) or lu > 0.0:
+            raise ValueError(f"log_u must be in [-inf, 0], got {log_u!r}.")
+
+    if sampler is not None:
+        if getattr(sampler, "n_total", None) != n_total:
+            raise ValueError(
+                f"sampler draws from {getattr(sampler, 'n_total', None)} rows, but n_total={n_total}."
+            )
+        if getattr(sampler, "n_drawn", 0) != 0:
+            raise ValueError("sampler must be fresh (no rows drawn yet).")
+        draw = sampler.draw
+    elif epsilon == 0.0:
+        draw = _contiguous_rows(n_total)
+    else:
+        draw = RowSampler(n_total, rng).draw
+
+    if not math.isfinite(o1):
+        # Decided without touching the data (see Notes).
+        return AustereResult(
+            accept=False, data_used=0, n_batches=0, exact=(o1 == -math.inf),
+            mean=_NAN, mu_0=_NAN, sd=_NAN, t=_NAN, delta=_NAN, log_u=lu,
+            nonfinite=(o1 != -math.inf),
+        )
+
+    mu0 = (lu - o1) / n_total
+    n = 0
+    k = 0
+    mean = 0.0
+    m2 = 0.0
+    total = 0.0
+    first = None
+    size = batch_size
+    sd = t = delta = _NAN
+    stdtr = special.stdtr
+    while True:
+        rows = draw(size)
+        lvals = np.asarray(loglik_diff(rows), dtype=np.float64)
+        if lvals.shape != rows.shape:
+            raise ValueError(
+                f"loglik_diff returned shape {lvals.shape} for {rows.shape[0]} rows."
+            )
+        k += 1
+        if return_first_batch and k == 1:
+            first = lvals.copy()
+        nb = lvals.shape[0]
+        bsum = float(lvals.sum())
+        if not math.isfinite(bsum):
+            # -inf only: the full-data log ratio is -inf -> exact reject.
+            # NaN or +inf: undecidable, reject defensively.
+            bad = bool(np.isnan(lvals).any() or np.isposinf(lvals).any())
+            if not bad and not np.isneginf(lvals).any():
+                bad = True  # finite values whose sum overflowed
+            return AustereResult(
+                accept=False, data_used=n + nb, n_batches=k, exact=not bad,
+                mean=_NAN, mu_0=mu0, sd=_NAN, t=_NAN, delta=_NAN,
+                log_u=lu, nonfinite=bad, first_batch=first,
+            )
+        # Chan et al. pairwise update of mean and sum of squared deviations.
+        bmean = bsum / nb
+        dev = lvals - bmean
+        bm2 = float(dev @ dev)
+        tot = n + nb
+        d = bmean - mean
+        mean += d * nb / tot
+        m2 += bm2 + d * d * n * nb / tot
+        n = tot
+        total += bsum
+        if n >= n_total:
+            # All data seen: the exact MH decision, no t-test (Algorithm 1 with s = 0).
+            return AustereResult(
+                accept=bool(lu < o1 + total), data_used=n, n_batches=k, exact=True,
+                mean=mean, mu_0=mu0, sd=0.0, t=_NAN, delta=_NAN, log_u=lu,
+                first_batch=first,
+            )
+        if epsilon > 0.0 and n >= 2:
+            # eq. 4: standard error of l_bar with the finite population correction.
+            sd = math.sqrt(m2 / (n - 1) / n * (1.0 - (n - 1) / (n_total - 1)))
+            diff = mean - mu0
+            if sd > 0.0:
+                t = diff / sd  # eq. 5
+            elif diff != 0.0:
+                t = math.copysign(math.inf, diff)
+            else:
+                t = _NAN
+            if t == t:  # not NaN
+                delta = float(stdtr(n - 1, -abs(t)))  # 1 - Phi_{n-1}(|t|)
+                if delta < epsilon:
+                    return AustereResult(
+                        accept=diff > 0.0, data_used=n, n_batches=k, exact=False,
+                        mean=mean, mu_0=mu0, sd=sd, t=t, delta=delta, log_u=lu,
+                        first_batch=first,
+                    )
+        size = increment
+
+
+def clt_check(
+    l_first_batch,
+    n_total: int | None = None,
+    *,
+    max_skew: float = 0.1,
+    max_kurtosis: float = 0.1,
+    max_tie_fraction: float = 0.5,
+) -> tuple[bool, str]:
+    """Flag first batches on which the t-test's normal approximation looks unsafe.
+
+    Algorithm 1 treats ``t`` (eq. 5) as Student-t, which needs the CLT to hold for the
+    mean of ``n`` rows; Sec. 4 of Korattikara et al. (2014) warns that the test behaves
+    erratically for very sparse data or extreme outliers and suggests testing the CLT
+    assumption empirically before running. This check looks at the ``l_i`` of one batch
+    of ``n`` rows (typically the first batch of the first test of a chain) and flags:
+
+    * non-finite values, or fewer than 3 values;
+    * zero spread (all ``l_i`` equal): the t-test then decides from ``s = 0``;
+    * ties: more than ``max_tie_fraction`` of the values share one value (sparse data,
+      e.g. rows whose likelihood does not depend on the changed parameters);
+    * skewness of the mean: ``|g1| / sqrt(n) * |1 - 2f| / sqrt(1 - f) > max_skew``, with
+      ``g1`` the sample skewness and ``f = n / N`` (finite-population form of the
+      skewness of a without-replacement mean). By the Edgeworth expansion of the
+      studentized mean, a one-sided tail probability at the test's critical value
+      ``z`` is off by about ``skew_mean * (2 z^2 + 1) phi(z) / 6``; at the default 0.1
+      and ``epsilon = 0.05`` (``z = 1.64``) that is about 0.011, a 20 % relative error;
+    * kurtosis of the mean: ``g2 / n > max_kurtosis``, with ``g2`` the sample excess
+      kurtosis; a single outlier of 30 sd in a batch of 500 gives about 0.4 (a batch of
+      ``n`` values can show at most ``g2 ~ n``, so this catches values that dominate the
+      batch).
+
+    For a Gaussian batch of 500, ``|g1|/sqrt(n)`` is about 0.005 and ``g2/n`` about
+    0.0004, far below the thresholds.
+
+    Parameters
+    ----------
+    l_first_batch : array_like
+        The ``l_i`` of one batch.
+    n_total : int, optional
+        Number of rows ``N`` (for the finite-population factor; ``n >= N`` means the test
+        is exact and always passes).
+    max_skew, max_kurtosis, max_tie_fraction : float
+        Thresholds described above.
+
+    Returns
+    -------
+    ok : bool
+        False when any check fails.
+    message : str
+        Empty when ``ok``; otherwise a description of every failed check, suitable for a
+        sampler warning.
+    """
+    lv = np.asarray(l_first_batch, dtype=np.float64).ravel()
+    n = lv.size
+    if n_total is not None:
+        n_total = _check_int("n_total", n_total, 1)
+        if n >= n_total:
+            return True, ""
+    f = 0.0 if n_total is None else n / n_total
+    if n < 3:
+        return False, f"only {n} l_i values: too few to check the CLT for the t-test."
+    if not np.all(np.isfinite(lv)):
+        return False, "non-finite l_i values in the batch."
+    problems = []
+    _, counts = np.unique(lv, return_counts=True)
+    tie = counts.max() / n
+    mean = lv.mean()
+    dev = lv - mean
+    var = float(dev @ dev) / n
+    if var <= 0.0 or not np.isfinite(var):
+        problems.append(
+            "all l_i in the batch are equal (zero spread): the t-test decides from s = 0; "
+            "the data may be sparse"
+        )
+    else:
+        if tie > max_tie_fraction:
+            problems.append(
+                f"{tie:.0%} of the l_i share one value (sparse data; threshold "
+                f"{max_tie_fraction:.0%})"
+            )
+        g1 = float(np.mean(dev**3)) / var**1.5
+        g2 = float(np.mean(dev**4)) / var**2 - 3.0
+        skew_mean = abs(g1) / math.sqrt(n) * abs(1.0 - 2.0 * f) / math.sqrt(1.0 - f)
+        kurt_mean = g2 / n
+        if skew_mean > max_skew:
+            problems.append(
+                f"skewness of the batch mean |g1|/sqrt(n) = {skew_mean:.3g} exceeds "
+                f"{max_skew:g} (sample skewness {g1:.3g}, n = {n})"
+            )
+        if kurt_mean > max_kurtosis:
+            problems.append(
+                f"excess kurtosis of the batch mean g2/n = {kurt_mean:.3g} exceeds "
+                f"{max_kurtosis:g} (sample excess kurtosis {g2:.3g}, n = {n}): outliers"
+            )
+    if not problems:
+        return True, ""
+    return False, (
+        "the CLT looks unsafe for the Austerity MH t-test (Korattikara et al. 2014, Sec. 4): "
+        + "; ".join(problems)
+        + ". Consider a larger batch_size or an exact step."
+    )

@@ -1,0 +1,339 @@
+"""The minibatch Barker acceptance test (Seita, Pan, Chen & Canny 2017, Algorithm 1).
+
+"An Efficient Minibatch Acceptance Test for Metropolis-Hastings", UAI 2017. The
+exact Barker test accepts iff ``Delta + X_log > 0`` with ``X_log`` standard logistic
+(Equation 10). The minibatch test replaces ``Delta`` by its minibatch estimate
+``Delta*`` (Equation 8), which is approximately ``N(Delta, s^2)``, adds
+``X_nc ~ N(0, sigma^2 - s^2)`` to make the Gaussian part have variance ``sigma^2`` and
+``X_corr ~ C_sigma`` so that ``N(0, sigma^2) + X_corr`` is logistic (Equations 12-13),
+and grows the minibatch until ``s^2 < sigma^2`` and the CLT error bound of Corollary 1
+is at most ``delta`` (then, by Corollary 2, the acceptance probability is within
+``delta`` of the exact Barker test's, plus the table's ``cdf_error``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from .barker_correction import CorrectionDistribution, default_correction
+from .rows import RowSampler
+
+__all__ = ["BarkerResult", "barker_test", "clt_error_bound", "BE_CONST_3", "BE_CONST_1"]
+
+#: Constants of the Berry-Esseen-type bound of Lemma 3 (Equation 17):
+#: ``sup_x |P(t < x) - Phi(x)| <= (6.4 E|X|^3 + 2 E|X|) / sqrt(n)``, unit-variance ``X``.
+BE_CONST_3 = 6.4
+BE_CONST_1 = 2.0
+
+
+@dataclass(frozen=True, slots=True)
+class BarkerResult:
+    """Outcome of one minibatch Barker test.
+
+    Attributes
+    ----------
+    accept : bool
+        Whether the proposal is accepted.
+    data_used : int
+        Number of distinct rows evaluated (``n`` at the decision; ``N`` if exact).
+    n_batches : int
+        Number of calls made to ``loglik_diff`` (0 if decided without data).
+    clt_error : float
+        The CLT error estimate ``eps`` of Corollary 1 at the decision (0.0 when the
+        decision involved no normal approximation: exact test or non-finite terms).
+    delta_var : float
+        The variance estimate ``s^2`` of ``Delta*`` used for ``X_nc`` (0.0 if exact).
+    exact : bool
+        True iff the minibatch grew to all ``N`` rows and the exact Barker test
+        (Equation 10) was used.
+    delta_star : float
+        The log acceptance ratio estimate ``Delta*`` (equal to ``Delta`` if exact).
+    """
+
+    accept: bool
+    data_used: int
+    n_batches: int
+    clt_error: float
+    delta_var: float
+    exact: bool
+    delta_star: float
+
+
+def clt_error_bound(l: np.ndarray, mean: float | None = None, sd: float | None = None) -> float:
+    """CLT error estimate of Lemma 3 / Corollary 1 (Equations 17 and 19), standardised.
+
+    ``eps = (6.4 * m3 + 2 * m1) / sqrt(n)`` with
+    ``m_k = (1/n) sum_i |l_i - mean|^k / sd^k`` the sample estimates of ``E|Z|^k`` for
+    the standardised terms ``Z = (l - mu) / sigma_l`` (Lemma 3 is stated for
+    unit-variance terms; the bound is invariant to the scale of ``l`` this way).
+
+    Parameters
+    ----------
+    l : ndarray, shape (n,)
+        The minibatch terms (tempered log-likelihood differences).
+    mean, sd : float, optional
+        Sample mean and standard deviation (``n - 1`` divisor) of ``l``; computed if
+        omitted.
+
+    Returns
+    -------
+    float
+        ``inf`` if ``n < 2`` or ``sd == 0`` (no variability seen: no bound possible).
+    """
+    n = l.size
+    if n < 2:
+        return math.inf
+    if mean is None:
+        mean = float(l.mean())
+    if sd is None:
+        sd = float(l.std(ddof=1))
+    if not sd > 0:
+        return math.inf
+    d = np.abs(l - mean)
+    d *= 1.0 / sd
+    m1 = float(d.mean())
+    m3 = float(np.dot(d * d, d)) / n
+    return (BE_CONST_3 * m3 + BE_CONST_1 * m1) / math.sqrt(n)
+
+
+def _third_moment(l: np.ndarray, mean: float, var: float) -> float:
+    """``m3 / sqrt(n)``: the standardised third absolute moment of the batch over sqrt(n)."""
+    d = np.abs(l - mean) * (1.0 / math.sqrt(var))
+    return float(np.dot(d * d, d)) / l.size / math.sqrt(l.size)
+
+
+def _is_int(x) -> bool:
+    return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
+
+
+def _is_real(x) -> bool:
+    return isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, (bool, np.bool_))
+
+
+def _check_args(n_total, batch_size, batch_increment, delta, temperature):
+    if not _is_int(n_total) or n_total < 1:
+        raise ValueError(
+            f"The 'n_total' parameter of barker_test must be an int in the range [1, inf). "
+            f"Got {n_total!r} instead."
+        )
+    if not _is_int(batch_size) or not 1 <= batch_size <= n_total:
+        raise ValueError(
+            f"The 'batch_size' parameter of barker_test must be an int in the range "
+            f"[1, n_total={n_total}]. Got {batch_size!r} instead."
+        )
+    if batch_increment is not None and (not _is_int(batch_increment) or batch_increment < 1):
+        raise ValueError(
+            f"The 'batch_increment' parameter of barker_test must be None or an int in the "
+            f"range [1, inf). Got {batch_increment!r} instead."
+        )
+    if not _is_real(delta) or not delta > 0:
+        raise ValueError(
+            f"The 'delta' parameter of barker_test must be a float in the range (0, inf]. "
+            f"Got {delta!r} instead."
+        )
+    if not _is_real(temperature) or not 0 < temperature < math.inf:
+        raise ValueError(
+            f"The 'temperature' parameter of barker_test must be a float in the range "
+            f"(0, inf). Got {temperature!r} instead."
+        )
+
+
+def barker_test(
+    rng: np.random.Generator,
+    loglik_diff,
+    n_total: int,
+    log_ratio_o1: float,
+    *,
+    batch_size: int = 100,
+    batch_increment: int | None = None,
+    delta: float = 0.01,
+    temperature: float = 1.0,
+    correction: CorrectionDistribution | None = None,
+    sampler: RowSampler | None = None,
+    error: str = "acceptance",
+) -> BarkerResult:
+    """Minibatch Barker acceptance test, Algorithm 1 ("MHminibatch") of Seita et al. 2017.
+
+    With ``l_i = log p(x_i | theta') - log p(x_i | theta)`` and temperature ``T``, the
+    target is the tempered posterior of the paper's Section 6.1,
+    ``p(theta) prod_i p(x_i | theta)^(1/T)``: **the likelihood is tempered, the prior
+    is not**, so the exact log acceptance ratio (Equation 6, with the proposal ratio) is
+
+        Delta = sum_{i=1}^N l_i / T + log_ratio_o1.
+
+    For a minibatch ``B`` of ``n`` rows drawn uniformly **without replacement**, with
+    ``lt_i = l_i / T``, ``lbar`` their mean and ``s_l^2 = sum_B (lt_i - lbar)^2 / (n - 1)``:
+
+    * estimate (Equation 8): ``Delta* = N * lbar + log_ratio_o1``;
+    * its variance, with the finite-population correction for sampling without
+      replacement (``s_l^2`` is unbiased for the population variance with divisor
+      ``N - 1``, and ``Var(lbar) = (1 - n/N) S^2 / n``):
+      ``s^2 = N^2 * (1 - n/N) * s_l^2 / n``;
+    * CLT error (Lemma 3, Equation 17, and Corollary 1, Equation 19, applied to the
+      standardised terms ``Z_i = (lt_i - mu) / sigma_l``, since Lemma 3's constants are
+      for unit variance):
+      ``eps = (6.4 * m3 + 2 * m1) / sqrt(n)``, ``m_k = mean_B |lt_i - lbar|^k / s_l^k``.
+      As in the paper the rate uses ``n`` (no finite-population factor). Because
+      ``m3 >= ((n-1)/n)^{3/2}`` the bound is at least about ``6.4 / sqrt(n)``, so
+      ``eps <= delta`` needs ``n >= (6.4 / delta)^2`` at the very least
+      (``~4.1e5`` for ``delta = 0.01``; ``~140 / delta^2`` for Gaussian terms):
+      with small ``delta`` and ``N`` below that, the test uses all the data and is exact.
+
+    With ``error="acceptance"`` (the default) the quantity compared with ``delta`` is a
+    bound on the error of the **acceptance probability** itself, built from the same
+    ingredients (Lemma 3's standardised third absolute moment, estimated on the batch):
+    with ``Z = X_nc + X_corr`` (density ``r``, ``sup r <= r_max``, the largest density of
+    the correction table) and ``G ~ N(Delta, s^2)``, the map ``x -> P(x + Z > 0)`` is
+    ``r_max``-Lipschitz, so ``|P(Delta* + Z > 0) - P(G + Z > 0)| <= r_max W_1(Delta*, G)``,
+    and the Wasserstein CLT bound for standardised sums (``W_1 <= E|Z_i|^3 / sqrt(n)``,
+    constant 1; Goldstein 2010) gives
+
+        eps = r_max * s * m3 / sqrt(n).
+
+    It shrinks with ``s`` (at most 1) as well as ``n``, so ``delta = 0.01`` is reached with
+    batches of hundreds to a few thousand rows. ``error="lemma3"`` uses the sup-norm bound
+    of Lemma 3 / Corollary 1 above as the paper states it (Corollary 2 carries it to the
+    acceptance test unchanged), which needs ``n >= (6.4 / delta)^2``.
+
+    Starting from ``batch_size`` rows, the batch grows by ``batch_increment`` rows while
+    ``s^2 >= sigma^2`` (``sigma = correction.sigma``, 1 for the shipped ``C_1``) or
+    ``eps > delta``. Then ``X_nc ~ N(0, sigma^2 - s^2)`` and ``X_corr ~ C_sigma`` are
+    drawn and the proposal is accepted iff ``Delta* + X_nc + X_corr > 0``.
+    If the batch reaches all ``N`` rows, ``Delta* = Delta`` and the exact Barker test
+    (Equation 10) is used instead: accept iff ``Delta + X_log > 0`` with ``X_log``
+    standard logistic (``exact=True``, ``data_used=N``).
+
+    If every term seen so far is equal (``s_l = 0``, e.g. ``theta' = theta``, or a
+    parameter the likelihood does not depend on) the bound is undefined and the batch
+    keeps growing, so such a test ends exact.
+
+    Non-finite values decide at once without approximation: ``log_ratio_o1`` equal to
+    ``-inf`` or NaN rejects (``+inf`` accepts) before any data is read; a minibatch term
+    equal to ``-inf`` or NaN rejects (``Delta = -inf``: the proposal has zero
+    likelihood), ``+inf`` accepts.
+
+    Parameters
+    ----------
+    rng : numpy.random.Generator
+        The only source of randomness (rows, ``X_nc``, ``X_corr``, ``X_log``).
+    loglik_diff : callable
+        ``loglik_diff(rows) -> ndarray`` of ``l_i`` for an int64 array of row indices.
+    n_total : int
+        Number of data rows ``N``.
+    log_ratio_o1 : float
+        The data-free part of ``Delta``: ``log p(theta') - log p(theta)`` plus the log
+        proposal ratio ``log q(theta | theta') - log q(theta' | theta)``. Not tempered.
+    batch_size : int, default 100
+        Initial minibatch size ``m`` (``1 <= batch_size <= n_total``).
+    batch_increment : int, optional
+        Rows added per growth step; ``None`` uses ``batch_size`` (as in Algorithm 1).
+    delta : float, default 0.01
+        Bound ``delta`` on the CLT error ``eps``; ``inf`` disables that condition
+        (only ``s^2 < sigma^2`` is then required).
+    temperature : float, default 1.0
+        Temperature ``T`` dividing the log-likelihood (not the prior).
+    correction : CorrectionDistribution, optional
+        The correction table; default :func:`default_correction` (``sigma = 1``).
+    sampler : RowSampler, optional
+        A fresh sampler over ``n_total`` rows to draw from; default
+        ``RowSampler(n_total, rng)``.
+    error : {"acceptance", "lemma3"}, default "acceptance"
+        Which CLT error estimate is compared with ``delta`` (see above).
+
+    Returns
+    -------
+    BarkerResult
+
+    Raises
+    ------
+    ValueError
+        For invalid arguments, or if ``loglik_diff`` returns the wrong number of values.
+    """
+    _check_args(n_total, batch_size, batch_increment, delta, temperature)
+    if error not in ("acceptance", "lemma3"):
+        raise ValueError(
+            f"The 'error' parameter of barker_test must be 'acceptance' or 'lemma3'. "
+            f"Got {error!r} instead."
+        )
+    o1 = float(log_ratio_o1)
+    if not math.isfinite(o1):
+        return BarkerResult(o1 > 0, 0, 0, 0.0, 0.0, False, o1)
+    N = int(n_total)
+    corr = default_correction() if correction is None else correction
+    sigma2 = corr.sigma * corr.sigma
+    r_max = float(np.max(corr.probs)) / float(corr.h) if error == "acceptance" else 0.0
+    if sampler is None:
+        sampler = RowSampler(N, rng)
+    elif getattr(sampler, "n_total", N) != N or getattr(sampler, "n_drawn", 0) != 0:
+        raise ValueError(
+            f"The 'sampler' parameter of barker_test must be a fresh RowSampler over "
+            f"n_total={N} rows."
+        )
+    inv_t = 1.0 / float(temperature)
+    step = int(batch_size if batch_increment is None else batch_increment)
+
+    buf = np.empty(min(N, max(int(batch_size), 256)), dtype=np.float64)
+    n = 0
+    n_batches = 0
+    shift = 0.0  # shifted sums for a stable running variance
+    s1 = 0.0
+    s2 = 0.0
+    m = int(batch_size)
+    while True:
+        rows = sampler.draw(m)
+        lt = np.asarray(loglik_diff(rows), dtype=np.float64)
+        n_batches += 1
+        if lt.shape != rows.shape:
+            raise ValueError(
+                f"loglik_diff must return one value per row: got shape {lt.shape} for "
+                f"{rows.size} rows."
+            )
+        if inv_t != 1.0:
+            lt = lt * inv_t
+        k = lt.size
+        if n + k > buf.size:
+            new = np.empty(min(N, max(2 * buf.size, n + k)), dtype=np.float64)
+            new[:n] = buf[:n]
+            buf = new
+        buf[n : n + k] = lt
+        if not math.isfinite(float(lt.sum())):  # some l_i is +-inf or nan
+            total = float(buf[: n + k].sum())  # -inf / nan -> reject, +inf -> accept
+            return BarkerResult(total > 0, n + k, n_batches, 0.0, 0.0, False, total + o1)
+        if n == 0:
+            shift = float(lt[0])
+        dev = lt - shift
+        s1 += float(dev.sum())
+        s2 += float(np.dot(dev, dev))
+        n += k
+
+        if n >= N:  # all rows: exact Barker test, Equation (10)
+            delta_exact = float(buf[:n].sum()) + o1
+            accept = delta_exact + rng.logistic() > 0.0
+            return BarkerResult(bool(accept), N, n_batches, 0.0, 0.0, True, delta_exact)
+
+        if n >= 2:
+            var_l = max(s2 - s1 * s1 / n, 0.0) / (n - 1)
+            s2_delta = N * N * (1.0 - n / N) * var_l / n
+            # m3 >= ((n-1)/n)^1.5 (power means), which gives a lower bound of eps:
+            # skip the O(n) moment pass while that lower bound already exceeds delta.
+            m3_lo = ((n - 1) / n) ** 1.5 / math.sqrt(n) * (1.0 - 1e-12)
+            if error == "acceptance":
+                eps_lo = r_max * math.sqrt(s2_delta) * m3_lo
+            else:
+                eps_lo = BE_CONST_3 * m3_lo
+            if s2_delta < sigma2 and var_l > 0.0 and eps_lo <= delta:
+                mean = shift + s1 / n
+                if error == "acceptance":
+                    eps = r_max * math.sqrt(s2_delta) * _third_moment(buf[:n], mean, var_l)
+                else:
+                    eps = clt_error_bound(buf[:n], mean, math.sqrt(var_l))
+                if eps <= delta:
+                    delta_star = N * mean + o1
+                    x_nc = math.sqrt(sigma2 - s2_delta) * rng.standard_normal()
+                    x_corr = corr.sample(rng)
+                    accept = delta_star + x_nc + x_corr > 0.0
+                    return BarkerResult(bool(accept), n, n_batches, eps, s2_delta, False, delta_star)
+        m = step

@@ -1,0 +1,571 @@
+"""Poisson thinning and the Scalable Metropolis-Hastings (SMH) acceptance test.
+
+Pure NumPy kernels for Cornish, Vanetti, Bouchard-Cote, Deligiannidis & Doucet (2019),
+"Scalable Metropolis-Hastings for Exact Bayesian Inference with Large Datasets". The
+paper's formulas are restated in ``/work/shared/papers/README.md`` ("Scalable
+Metropolis-Hastings, restated"); equation numbers below refer to the paper.
+
+Notation (target ``pi(theta) ∝ exp(-U(theta))``, ``U = U_0 + sum_i U_i``):
+
+* ``lambda_i(theta, theta') = max(0, (U_i - Uhat_{k,i})(theta') - (U_i - Uhat_{k,i})(theta))``
+  is the negative log of the i-th data factor of the SMH acceptance (eq. 10/11);
+* ``phi(theta, theta') * psi_i`` bounds it (eq. 3, with eq. 13 for ``phi`` and eq. 12,
+  ``psi_i = Ubar_{k,i}``, for the constants); ``Psi = sum_i psi_i``;
+* Algorithm 1 (Poisson thinning) accepts the factorised data part with probability
+  exactly ``exp(-sum_i lambda_i)`` while touching ``phi * Psi`` rows on average;
+* truncation (eq. 6, TFMH) replaces the factorised test by the ordinary full-data MH test
+  whenever ``phi * Psi >= R``.
+
+Nothing here imports PyMC or PyTensor. Randomness comes only from the ``rng`` argument.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+__all__ = [
+    "AliasTable",
+    "BoundViolationError",
+    "SMHResult",
+    "ThinningResult",
+    "poisson_thinning_test",
+    "smh_test",
+    "taylor_phi",
+]
+
+
+# ---------------------------------------------------------------------------------------
+# Walker's alias table
+# ---------------------------------------------------------------------------------------
+
+
+class AliasTable:
+    """Walker's alias table for i.i.d. draws of rows with ``P(X = i) ∝ w_i``.
+
+    Implements step 2 of Algorithm 1 of Cornish et al. (2019) (rows drawn with
+    probability ``psi_i / Psi``; Walker 1977, Kronmal & Peterson 1979). The table is
+    built once in O(N) time and O(N) memory; each draw then costs O(1).
+
+    Construction. The probabilities are first put on an integer grid: with
+    ``b = min(52, 62 - bit_length(N))`` and ``unit = 2**b`` (one table column), row i
+    gets ``P_i`` grid units with ``sum_i P_i = N * unit`` exactly (largest-remainder
+    rounding of ``N * unit * w_i / sum(w)``). On that grid Vose's pairing of "small"
+    (``P_i < unit``) and "large" columns is carried out exactly in ``int64`` and without a
+    Python loop: with ``D`` the cumulative deficits of the small columns and ``E`` the
+    cumulative excesses of the large ones (both in grid units, ``D[-1] == E[-1]``), small
+    column ``j`` takes its alias from the first large column ``t`` with
+    ``E_t >= D_{j-1}``, and large column ``t`` turns small at the first ``j`` with
+    ``D_j > E_t``, keeping ``unit - (D_j - E_t)`` units and aliasing to large column
+    ``t + 1``. This is the sequential Vose algorithm (a large column that turns small is
+    paired next) written with cumulative sums.
+
+    Exactness. Row ``i`` is drawn with probability exactly ``P_i / (N * unit)``, which
+    differs from ``w_i / sum(w)`` by at most about ``1 / (N * unit)`` (``unit >= 2**22``
+    for any ``N < 2**40``; ``2**38`` for ``N`` around ten million). Zero-weight rows get
+    ``P_i = 0`` and are never drawn: their column always returns its alias, and an alias
+    is always a row with at least ``unit`` grid units.
+
+    Sampling. One integer ``r`` uniform on ``[0, N * unit)`` per draw: the column is
+    ``r >> b`` and the low ``b`` bits are compared with the column's integer threshold,
+    so the accept-or-alias coin is exact too.
+
+    Parameters
+    ----------
+    weights : array_like of float, shape (N,)
+        Nonnegative, finite weights with a positive sum (e.g. ``psi_i``). Only read;
+        a ``numpy.memmap`` is fine.
+
+    Attributes
+    ----------
+    n : int
+        Number of rows ``N``.
+    total : float
+        ``sum(weights)`` (the ``Psi`` of Algorithm 1 when the weights are ``psi_i``).
+    alias : ndarray of int64, shape (N,)
+        Alias row of each column.
+    threshold : ndarray of int64, shape (N,)
+        Grid units (out of ``2**bits``) for which a column returns its own row.
+    bits : int
+        ``b``, the number of fractional bits of the grid.
+    """
+
+    __slots__ = ("n", "total", "alias", "threshold", "bits", "_high", "_mask")
+
+    def __init__(self, weights):
+        w = np.asarray(weights, dtype=np.float64)
+        if w.ndim != 1:
+            raise ValueError(f"AliasTable weights must be a 1-D array, got shape {w.shape}.")
+        n = int(w.size)
+        if n == 0:
+            raise ValueError("AliasTable needs at least one weight, got an empty array.")
+        finite = np.isfinite(w)
+        if not finite.all():
+            i = int(np.flatnonzero(~finite)[0])
+            raise ValueError(
+                f"AliasTable weights must be finite; weight {i} is {float(w[i])!r} "
+                f"({int(np.count_nonzero(~finite))} non-finite in total)."
+            )
+        neg = w < 0
+        if neg.any():
+            i = int(np.flatnonzero(neg)[0])
+            raise ValueError(
+                f"AliasTable weights must be >= 0; weight {i} is {float(w[i])!r} "
+                f"({int(np.count_nonzero(neg))} negative in total)."
+            )
+        wmax = float(w.max())
+        if not wmax > 0.0:
+            raise ValueError("AliasTable weights must have a positive sum; all are zero.")
+
+        bits = min(52, 62 - n.bit_length())
+        if bits < 20:
+            raise ValueError(f"AliasTable supports at most 2**42 rows, got {n}.")
+        unit = 1 << bits
+        high = n * unit  # < 2**62
+
+        frac = w / wmax  # in [0, 1]; avoids overflow of the sum
+        total_scaled = float(frac.sum())
+        frac *= float(high) / total_scaled  # N * unit * w_i / sum(w)
+        units = np.floor(frac)
+        frac -= units  # fractional parts, for the rounding below
+        units = units.astype(np.int64)
+        # Largest-remainder rounding so that sum(units) == high exactly; zero weights
+        # keep zero units.
+        rest = high - int(units.sum())
+        if rest > 0:
+            pos = np.flatnonzero(w > 0)
+            m = min(rest, pos.size)
+            if m == pos.size:
+                units[pos] += 1
+            else:
+                top = np.argpartition(frac[pos], pos.size - m)[pos.size - m :]
+                units[pos[top]] += 1
+            rest -= m
+        del frac
+        if rest != 0:
+            # Only floating-point error of the scaling is left here (a few hundred
+            # units at most); the largest row holds >= unit >= 2**20 units.
+            i = int(np.argmax(units))
+            units[i] += rest
+            if units[i] < 0:  # pragma: no cover - impossible for N < 2**40
+                raise ValueError("AliasTable: could not normalise the weights.")
+
+        small = units < unit
+        s_idx = np.flatnonzero(small)
+        l_idx = np.flatnonzero(~small)
+        del small
+        deficit = unit - units[s_idx]
+        dcum = np.cumsum(deficit)
+        ecum = np.cumsum(units[l_idx] - unit)
+
+        threshold = np.empty(n, dtype=np.int64)
+        alias = np.empty(n, dtype=np.int64)
+        # Small columns: own row with units[i]; alias = large column serving them.
+        threshold[s_idx] = units[s_idx]
+        t = np.searchsorted(ecum, dcum - deficit, side="left")
+        alias[s_idx] = l_idx[t]
+        del t, deficit
+        # Large columns: full unless they turn small before the smalls run out.
+        threshold[l_idx] = unit
+        alias[l_idx] = l_idx
+        j = np.searchsorted(dcum, ecum, side="right")
+        turned = np.flatnonzero(j < dcum.size)
+        if turned.size:
+            threshold[l_idx[turned]] = unit - (dcum[j[turned]] - ecum[turned])
+            alias[l_idx[turned]] = l_idx[turned + 1]
+
+        self.n = n
+        self.total = float(total_scaled * wmax)
+        self.alias = alias
+        self.threshold = threshold
+        self.bits = bits
+        self._high = high
+        self._mask = unit - 1
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __repr__(self) -> str:
+        return f"AliasTable(n={self.n}, total={self.total!r})"
+
+    @property
+    def prob(self) -> np.ndarray:
+        """Per-column probability of returning the column's own row (float64, exact)."""
+        return self.threshold * (2.0**-self.bits)
+
+    def probabilities(self) -> np.ndarray:
+        """Exact distribution implied by the table, ``P(X = i)`` for every row.
+
+        O(N); meant for checks and diagnostics, not for sampling.
+        """
+        unit = self._mask + 1
+        mass = self.threshold.copy()
+        np.add.at(mass, self.alias, unit - self.threshold)
+        return mass / float(self._high)
+
+    def sample(self, rng: np.random.Generator, k: int) -> np.ndarray:
+        """Draw ``k`` i.i.d. rows, ``P(X = i) = w_i / sum(w)`` (Algorithm 1, step 2).
+
+        Parameters
+        ----------
+        rng : numpy.random.Generator
+            The only source of randomness.
+        k : int
+            Number of draws (>= 0).
+
+        Returns
+        -------
+        ndarray of int64, shape (k,)
+            Row indices. Vectorised, O(k).
+        """
+        r = rng.integers(0, self._high, size=k, dtype=np.int64)
+        col = r >> self.bits
+        own = (r & self._mask) < self.threshold[col]
+        return np.where(own, col, self.alias[col])
+
+
+# ---------------------------------------------------------------------------------------
+# Poisson thinning (Algorithm 1)
+# ---------------------------------------------------------------------------------------
+
+
+class BoundViolationError(ValueError):
+    """A drawn row has ``lambda_i > phi * psi_i``: the bound (eq. 3 / eq. 12) is wrong.
+
+    Poisson thinning (Algorithm 1) is only valid when every factor satisfies
+    ``lambda_i(theta, theta') <= phi(theta, theta') * psi_i``. A violation means the
+    bound constants ``psi_i`` (``Ubar_{k,i}``), the expansion point ``theta_hat`` and its
+    derivatives, or the remainder function disagree; continuing would sample a wrong
+    posterior, so the test stops.
+
+    Attributes
+    ----------
+    row : int
+        Index of the offending row.
+    lam : float
+        Its ``lambda_i``.
+    phi, psi : float
+        ``phi(theta, theta')`` and ``psi_i``.
+    bound : float
+        ``phi * psi_i``.
+    """
+
+    def __init__(self, row: int, lam: float, phi: float, psi: float):
+        self.row = int(row)
+        self.lam = float(lam)
+        self.phi = float(phi)
+        self.psi = float(psi)
+        self.bound = self.phi * self.psi
+        ratio = self.lam / self.bound if self.bound > 0 else math.inf
+        super().__init__(
+            f"Poisson-thinning bound violated at data row {self.row}: "
+            f"lambda = {self.lam!r} > phi * psi = {self.phi!r} * {self.psi!r} = "
+            f"{self.bound!r} (ratio {ratio:.6g}). The bound constants psi_i (Ubar_{{k,i}}, "
+            "bounds on the (k+1)-th derivatives of U_i) are invalid for this model, or "
+            "theta_hat / its Taylor coefficients do not match the remainder function. "
+            "Scalable MH would not sample the posterior; fix the bounds (or fall back to "
+            "full-data MH)."
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ThinningResult:
+    """Outcome of :func:`poisson_thinning_test`.
+
+    Attributes
+    ----------
+    accept : bool
+        True iff every Bernoulli ``B_j`` was 0.
+    n_poisson : int
+        ``K``, the Poisson number of candidate rows.
+    data_used : int
+        Rows whose ``lambda`` was evaluated (length of all row arrays passed to
+        ``remainder_fn``; at most ``K``).
+    poisson_rate : float
+        ``phi * Psi``, the mean of ``K``.
+    """
+
+    accept: bool
+    n_poisson: int
+    data_used: int
+    poisson_rate: float
+
+
+_MAX_CHUNK = 1 << 16
+
+
+def poisson_thinning_test(
+    rng: np.random.Generator,
+    phi: float,
+    psi_total: float,
+    alias: AliasTable | None,
+    psi: np.ndarray,
+    remainder_fn: Callable[[np.ndarray], np.ndarray],
+    *,
+    rtol: float = 1e-8,
+    atol: float = 1e-10,
+    chunk_size: int = 256,
+) -> ThinningResult:
+    """Accept with probability ``exp(-sum_i lambda_i)`` by Poisson thinning (Algorithm 1).
+
+    Implements Algorithm 1 of Cornish et al. (2019) (proof: their Proposition C.1),
+    as restated in the project's paper notes:
+
+    1. ``K ~ Poisson(phi * Psi)``;
+    2. rows ``X_1..X_K`` i.i.d. with ``P(X = i) = psi_i / Psi`` (``alias``);
+    3. ``B_j ~ Bernoulli(lambda_{X_j} / (phi * psi_{X_j}))``;
+    4. accept iff every ``B_j = 0``, stopping at the first success.
+
+    Valid whenever ``lambda_i <= phi * psi_i`` for all rows (eq. 3); this is checked on
+    every evaluated row. Rows are evaluated in vectorised chunks: all ``K`` at once when
+    ``K <= chunk_size``, otherwise chunks of ``chunk_size``, doubling (at most
+    ``2**16``), with a stop after the first chunk that holds a success.
+
+    Parameters
+    ----------
+    rng : numpy.random.Generator
+        The only source of randomness.
+    phi : float
+        ``phi(theta, theta')`` (eq. 13; see :func:`taylor_phi`), >= 0.
+    psi_total : float
+        ``Psi = sum_i psi_i``.
+    alias : AliasTable or None
+        Table built from ``psi``; may be None only when ``phi * Psi == 0``.
+    psi : ndarray, shape (N,)
+        Per-row bound constants ``psi_i`` (eq. 12, ``Ubar_{k,i}``).
+    remainder_fn : callable
+        ``remainder_fn(rows) -> lambda``: for an int64 array of row indices, the values
+        ``lambda_i(theta, theta') >= 0`` (eq. 11), one per entry (repeated rows allowed).
+        Negative values count as 0, so the raw difference
+        ``(U_i - Uhat_{k,i})(theta') - (U_i - Uhat_{k,i})(theta)`` may be returned.
+    rtol, atol : float
+        Floating-point slack of the bound check: a row fails when
+        ``lambda > phi * psi_i * (1 + rtol) + atol``. ``atol`` covers cancellation in
+        ``lambda`` (a difference of O(1) log-likelihood terms) when ``theta`` and
+        ``theta'`` are so close to ``theta_hat`` that the bound itself is tiny.
+    chunk_size : int
+        Rows per first evaluation call.
+
+    Returns
+    -------
+    ThinningResult
+
+    Raises
+    ------
+    BoundViolationError
+        If an evaluated row has ``lambda > phi * psi_i`` beyond the tolerance.
+    ValueError
+        If ``phi * Psi`` is negative or NaN, or ``remainder_fn`` returns NaN or a wrong
+        shape.
+
+    Notes
+    -----
+    ``P(accept) = exp(-sum_i lambda_i)`` up to the alias table's grid rounding, which
+    shifts ``log P(accept)`` by at most about ``phi * Psi * 2**-bits`` (see
+    :class:`AliasTable`). Expected rows evaluated: at most ``phi * Psi``.
+    """
+    rate = float(phi) * float(psi_total)
+    if not rate > 0.0:
+        if rate == 0.0:
+            return ThinningResult(True, 0, 0, 0.0)
+        raise ValueError(
+            f"Poisson thinning needs phi * Psi >= 0, got phi={phi!r}, Psi={psi_total!r}."
+        )
+    if rate == math.inf:
+        raise ValueError(
+            "Poisson thinning rate phi * Psi is infinite; use the truncated test "
+            "(smh_test falls back to full-data MH for large rates)."
+        )
+    if alias is None:
+        raise ValueError("Poisson thinning needs an AliasTable when phi * Psi > 0.")
+    if alias.n != len(psi):
+        raise ValueError(f"AliasTable has {alias.n} rows but psi has {len(psi)}.")
+    k_total = int(rng.poisson(rate))
+    if k_total == 0:
+        return ThinningResult(True, 0, 0, rate)
+
+    phi = float(phi)
+    remaining = k_total
+    used = 0
+    chunk = max(1, int(chunk_size))
+    while remaining:
+        m = remaining if remaining <= chunk else chunk
+        rows = alias.sample(rng, m)
+        lam = np.asarray(remainder_fn(rows), dtype=np.float64)
+        if lam.shape != (m,):
+            lam = lam.reshape(-1)
+            if lam.shape != (m,):
+                raise ValueError(
+                    f"remainder_fn returned {lam.size} values for {m} rows."
+                )
+        used += m
+        bound = phi * np.asarray(psi[rows], dtype=np.float64)
+        bad = ~(lam <= bound * (1.0 + rtol) + atol)  # also catches NaN
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            if np.isnan(lam[i]):
+                raise ValueError(
+                    f"remainder_fn returned NaN for data row {int(rows[i])}."
+                )
+            raise BoundViolationError(int(rows[i]), lam[i], phi, float(psi[rows[i]]))
+        # B_j = 1 iff u_j < lambda_j / bound_j (bound_j > 0: psi_i = 0 rows are never drawn).
+        u = rng.random(m)
+        if (u * bound < lam).any():
+            return ThinningResult(False, k_total, used, rate)
+        remaining -= m
+        if chunk < _MAX_CHUNK:
+            chunk = min(2 * chunk, _MAX_CHUNK)
+    return ThinningResult(True, k_total, used, rate)
+
+
+# ---------------------------------------------------------------------------------------
+# SMH acceptance
+# ---------------------------------------------------------------------------------------
+
+
+def taylor_phi(q: np.ndarray, q_prop: np.ndarray, mode: np.ndarray, order: int) -> float:
+    """``phi(theta, theta')`` of the SMH-k bound (eq. 13).
+
+    ``phi = (||theta - theta_hat||_1^(k+1) + ||theta' - theta_hat||_1^(k+1)) / (k+1)!``;
+    with ``psi_i = Ubar_{k,i}`` (eq. 12) it bounds ``lambda_i <= phi * psi_i`` by Taylor's
+    theorem and the multinomial theorem (Proposition D.1). Symmetric in the pair, so
+    truncation by ``phi * Psi`` keeps the kernel reversible.
+
+    Parameters
+    ----------
+    q, q_prop : ndarray, shape (d,)
+        Current and proposed points ``theta``, ``theta'``.
+    mode : ndarray, shape (d,)
+        Expansion point ``theta_hat``.
+    order : int
+        Taylor order ``k`` (1 or 2 in SMH; any k >= 1 is accepted).
+
+    Returns
+    -------
+    float
+    """
+    m = int(order) + 1
+    if m < 2:
+        raise ValueError(f"Taylor order must be >= 1, got {order!r}.")
+    a = float(np.abs(np.subtract(q, mode)).sum())
+    b = float(np.abs(np.subtract(q_prop, mode)).sum())
+    return (a**m + b**m) / math.factorial(m)
+
+
+@dataclass(frozen=True, slots=True)
+class SMHResult:
+    """Outcome of :func:`smh_test`.
+
+    Attributes
+    ----------
+    accept : bool
+        Whether the proposal is accepted.
+    data_used : int
+        Rows evaluated: ``N`` for the full-data fallback, else the thinning rows.
+    poisson_rate : float
+        ``phi * Psi``, the expected rows of the thinning test.
+    fallback : bool
+        True when the truncation rule (``phi * Psi >= R``) chose full-data MH.
+    n_poisson : int
+        ``K`` of the thinning test (0 when it was not run).
+    """
+
+    accept: bool
+    data_used: int
+    poisson_rate: float
+    fallback: bool
+    n_poisson: int = 0
+
+
+def smh_test(
+    rng: np.random.Generator,
+    log_ratio_first: float,
+    phi: float,
+    psi_total: float,
+    alias: AliasTable | None,
+    psi: np.ndarray,
+    remainder_fn: Callable[[np.ndarray], np.ndarray],
+    full_log_ratio_fn: Callable[[], float],
+    *,
+    truncation: float | None = None,
+    rtol: float = 1e-8,
+    atol: float = 1e-10,
+    chunk_size: int = 256,
+) -> SMHResult:
+    """Truncated Scalable Metropolis-Hastings acceptance for one proposal.
+
+    Implements the SMH-k acceptance probability (eq. 10) as a factorised MH test
+    (eq. 2, with the factors of eq. 11), truncated as in TFMH (eq. 6):
+
+    * if ``phi * Psi >= R`` (``R = truncation``, default ``N`` as in the paper): the
+      ordinary MH test, accept iff ``U < exp(full_log_ratio_fn())``; ``data_used = N``,
+      ``fallback = True``;
+    * otherwise accept with probability
+      ``min(1, exp(log_ratio_first)) * exp(-sum_i lambda_i)``: the first, data-free
+      factor by its own uniform ``U_1`` (accept it iff ``U_1 < exp(log_ratio_first)``; no
+      draw needed when ``log_ratio_first >= 0``), and the data factors
+      ``prod_i min(1, exp(-lambda_i)) = exp(-sum_i lambda_i)`` by Poisson thinning
+      (Algorithm 1, :func:`poisson_thinning_test`), which uses its own independent
+      draws. The two tests are independent, so the acceptance probability is their
+      product. The cheap first factor is tested first, so a rejection there touches no
+      data.
+
+    Parameters
+    ----------
+    rng : numpy.random.Generator
+        The only source of randomness.
+    log_ratio_first : float
+        Log of the first factor's ratio (eq. 10),
+        ``log q(theta | theta') - log q(theta' | theta) - [U_0 + Uhat_k](theta')
+        + [U_0 + Uhat_k](theta)``; 0 for a theta_hat-reversible proposal. NaN rejects.
+    phi : float
+        ``phi(theta, theta')`` from :func:`taylor_phi` (eq. 13).
+    psi_total : float
+        ``Psi = sum_i psi_i``.
+    alias : AliasTable or None
+        Alias table of ``psi`` (None allowed when ``Psi == 0``, e.g. SMH-2 on a Normal
+        likelihood with known scale, where the remainders vanish).
+    psi : ndarray, shape (N,)
+        Bound constants ``psi_i = Ubar_{k,i}`` (eq. 12).
+    remainder_fn : callable
+        ``remainder_fn(rows) -> lambda_i`` for those rows (see
+        :func:`poisson_thinning_test`).
+    full_log_ratio_fn : callable
+        ``full_log_ratio_fn() -> float``, the exact full-data log MH ratio
+        ``log pi(theta') q(theta | theta') - log pi(theta) q(theta' | theta)``; only
+        called on the truncation path. A NaN rejects.
+    truncation : float, optional
+        ``R``; default ``N = len(psi)``. ``math.inf`` never falls back.
+    rtol, atol, chunk_size
+        Passed to :func:`poisson_thinning_test`.
+
+    Returns
+    -------
+    SMHResult
+
+    Raises
+    ------
+    BoundViolationError
+        If a drawn row violates ``lambda_i <= phi * psi_i``.
+    """
+    n_rows = len(psi)
+    r_trunc = n_rows if truncation is None else truncation
+    rate = float(phi) * float(psi_total)
+    if rate >= r_trunc:
+        log_r = float(full_log_ratio_fn())
+        # NaN fails both comparisons and rejects.
+        accept = log_r >= 0.0 or (log_r == log_r and rng.random() < math.exp(log_r))
+        return SMHResult(bool(accept), n_rows, rate, True, 0)
+
+    lr = float(log_ratio_first)
+    if not lr >= 0.0:  # first factor min(1, exp(lr)) < 1 (or NaN, which rejects)
+        if lr != lr or not rng.random() < math.exp(lr):
+            return SMHResult(False, 0, rate, False, 0)
+    res = poisson_thinning_test(
+        rng, phi, psi_total, alias, psi, remainder_fn,
+        rtol=rtol, atol=atol, chunk_size=chunk_size,
+    )
+    return SMHResult(res.accept, res.data_used, rate, False, res.n_poisson)

@@ -1,0 +1,293 @@
+"""ScalableMH: exact subsampling Metropolis-Hastings of Cornish, Vanetti, Bouchard-Cote,
+Deligiannidis & Doucet (2019), "Scalable Metropolis-Hastings for exact Bayesian inference
+with large datasets": factorised MH with Taylor control variates, Poisson thinning and
+truncation. Formulas as restated in the project's ``shared/papers/README.md``."""
+
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+import scipy.optimize
+
+from ..glm import SUPPORTED_TEXT, detect_glm, glm_psi
+from ..kernels.thinning import AliasTable, smh_test, taylor_phi
+from .base import BASE_STATS, SubsampleStep
+
+__all__ = ["ScalableMH"]
+
+
+class ScalableMH(SubsampleStep):
+    """Exact subsampling MH (SMH-k): the chain's invariant distribution is the posterior.
+
+    Set-up, once per step object: the posterior mode ``theta_hat`` (L-BFGS on the full
+    data, chunked; or ``mode=``), one pass over the data for the sums of per-row
+    gradients and Hessians at ``theta_hat`` and the per-row bound constants ``psi_i``,
+    and Walker's alias table over ``psi``. A step then:
+
+    1. draws a proposal and accepts the data-free first factor exactly (prior, proposal
+       ratio and the Taylor approximation ``Uhat_k`` of the whole log-likelihood);
+    2. accepts the factorised remainder ``prod_i min(1, exp(R_i(theta) - R_i(theta')))``,
+       ``R_i = U_i - Uhat_{k,i}``, by Poisson thinning: ``K ~ Poisson(phi * Psi)`` rows
+       from the alias table, each rejecting with probability ``lambda_i / (phi psi_i)``;
+    3. when ``phi * Psi >= truncation`` (default ``N``), takes the exact full-data MH
+       step instead (TFMH: never more work than plain MH).
+
+    Parameters
+    ----------
+    vars : list of variables, optional
+        Continuous variables to sample (default: all continuous free variables).
+    order : {1, 2}, default 2
+        Order ``k`` of the Taylor control variates. Second order reads O(1/sqrt(N)) rows
+        per step, first order O(1), when ``theta_hat`` is near the mode.
+    proposal : str or object, optional
+        ``None`` picks ``"pcn"`` for order 2 (reversible w.r.t. the Gaussian approximation
+        ``N(m, H^-1)``, ``m = theta_hat - H^-1 grad U(theta_hat)``) and
+        ``"preconditioned"`` (random walk with covariance ``H^-1``) for order 1; either
+        name, ``"random_walk"``, or an object with ``draw(q, rng) -> (q_new, log_ratio)``.
+    rho : float, optional
+        pCN autocorrelation in ``[0, 1)``; ``None`` tunes it during tuning.
+    scaling : float, optional
+        Proposal scale: ``l`` of the preconditioned random walk
+        ``theta' = theta + (l / sqrt(d)) L eps`` (default start 2.38), or the random-walk
+        standard deviation for ``proposal="random_walk"``. Tuned during tuning.
+    truncation : float, optional
+        ``R``: use the exact full-data test when ``phi * Psi >= R``. Default ``N``.
+    mode : dict or array, optional
+        ``theta_hat``: a point dict (as from ``pm.find_MAP``) or the raveled vector in
+        the step's unconstrained space. Default: found by L-BFGS.
+    bounds : "auto", callable or array, default "auto"
+        Per-row constants ``psi_i`` bounding the (k+1)-th derivatives of
+        ``-log p(x_i | q)``. ``"auto"`` recognises GLMs (see
+        :data:`pymc_subsample.glm.SUPPORTED_TEXT`); a callable ``bounds(order)`` or an
+        array of length ``N`` gives them for any other model. A drawn row that breaks its
+        bound raises :class:`~pymc_subsample.kernels.thinning.BoundViolationError`.
+    tune : bool, default True
+    model : pymc.Model, optional
+
+    Notes
+    -----
+    Sample stats per draw: ``accepted``, ``data_used`` (rows whose likelihood was
+    evaluated: at most ``K``, or ``N`` on a fallback), ``n_batches``, ``scaling``,
+    ``poisson_rate`` (``phi * Psi``) and ``fallback`` (the full-data test was used).
+    """
+
+    name = "scalable_mh"
+    stats_dtypes_shapes = {
+        **BASE_STATS,
+        "poisson_rate": (np.float64, []),
+        "fallback": (bool, []),
+    }
+
+    def __init__(
+        self,
+        vars=None,
+        *,
+        order=2,
+        proposal=None,
+        rho=None,
+        scaling=None,
+        truncation=None,
+        mode=None,
+        bounds="auto",
+        tune=True,
+        model=None,
+        cache_size=65536,
+        **kwargs,
+    ):
+        if isinstance(order, bool) or order not in (1, 2):
+            raise ValueError(f"order must be 1 or 2 (the Taylor order k), got {order!r}.")
+        self.order = int(order)
+        if truncation is not None:
+            if not isinstance(truncation, numbers.Real) or not truncation > 0:
+                raise ValueError(f"truncation must be a positive number, got {truncation!r}.")
+        self._truncation_arg = truncation
+        self._mode_arg = mode
+        self._bounds_arg = bounds
+        self._cache_size = int(cache_size)
+        if proposal is None:
+            proposal = "pcn" if self.order == 2 else "preconditioned"
+        proposal_kwargs = dict(kwargs.pop("proposal_kwargs", None) or {})
+        if isinstance(proposal, str) and proposal.lower() == "pcn":
+            proposal_kwargs.setdefault("rho", rho)
+        elif rho is not None:
+            raise ValueError("rho applies to proposal='pcn' only.")
+        super().__init__(
+            vars,
+            proposal=proposal,
+            scaling=scaling,
+            tune=tune,
+            model=model,
+            proposal_kwargs=proposal_kwargs,
+            **kwargs,
+        )
+
+    # ------------------------------------------------------------------ set-up
+    def _setup_proposal(self, scaling):
+        eng = self.engine
+        self.truncation = (
+            float(self.n_rows) if self._truncation_arg is None else float(self._truncation_arg)
+        )
+        self.theta_hat = self._find_mode(self._mode_arg)
+        # one pass: sums of per-row gradients and Hessians of the log-likelihood at theta_hat
+        _, g_ll, h_ll = eng.full_loglik_hessian(self.theta_hat)
+        _, g_pr, h_pr = eng.prior_hessian(self.theta_hat)
+        self._g_sum = g_ll  # sum_i grad log p(x_i | theta_hat)
+        self._h_sum = h_ll if self.order == 2 else np.zeros_like(h_ll)
+        hess_u = -(h_ll + h_pr)  # Hessian of U = -log posterior at theta_hat
+        cov = _inverse_pd(hess_u)
+        grad_u = -(g_ll + g_pr)
+        gauss_mean = self.theta_hat - cov @ grad_u
+        self.psi = self._bound_constants()
+        if self.psi.shape != (self.n_rows,) or not np.all(np.isfinite(self.psi)) or np.any(
+            self.psi < 0
+        ):
+            raise ValueError(
+                f"ScalableMH: the bound constants must be {self.n_rows} finite values >= 0, got "
+                f"shape {self.psi.shape}."
+            )
+        self.psi_total = float(self.psi.sum())
+        self.alias = AliasTable(self.psi) if self.psi_total > 0 else None
+        self.proposal.setup(
+            self.ndim,
+            scaling=scaling,
+            grad_fn=self._minibatch_grad,
+            n_total=self.n_rows,
+            mode=gauss_mean if _proposal_name(self.proposal) == "PCN" else self.theta_hat,
+            cov=cov,
+        )
+        self._cache = {}
+
+    def _find_mode(self, mode):
+        eng = self.engine
+        if mode is not None:
+            if isinstance(mode, dict):
+                q = np.concatenate(
+                    [np.ravel(np.asarray(mode[v.name], dtype=np.float64)) for v in eng.vars]
+                )
+            else:
+                q = np.asarray(mode, dtype=np.float64).ravel()
+            if q.size != self.ndim or not np.all(np.isfinite(q)):
+                raise ValueError(
+                    f"mode must give {self.ndim} finite values in the step's unconstrained "
+                    f"space (variables {', '.join(v.name for v in eng.vars)}), got {q.size}."
+                )
+            return q
+
+        def neg_logp(q):
+            lp, g = eng.prior_and_grad(q)
+            ll, gl = eng.full_loglik_grad(q)
+            val = -(lp + ll)
+            if not np.isfinite(val):
+                return 1e300, np.zeros_like(q)
+            return val, -(g + gl)
+
+        res = scipy.optimize.minimize(
+            neg_logp, eng.initial_q(), jac=True, method="L-BFGS-B",
+            options={"maxiter": 1000, "gtol": 1e-9},
+        )
+        if not np.all(np.isfinite(res.x)):
+            raise RuntimeError("ScalableMH: the search for the posterior mode failed; pass mode=.")
+        return res.x
+
+    def _bound_constants(self):
+        bounds = self._bounds_arg
+        if isinstance(bounds, str):
+            if bounds != "auto":
+                raise ValueError(f"bounds must be 'auto', a callable or an array. {SUPPORTED_TEXT}")
+            spec = detect_glm(self.engine.model)
+            return glm_psi(self.engine, spec, self.order, self.theta_hat)
+        if callable(bounds):
+            return np.asarray(bounds(self.order), dtype=np.float64)
+        if bounds is None:
+            raise ValueError(f"ScalableMH needs bound constants. {SUPPORTED_TEXT}")
+        return np.asarray(bounds, dtype=np.float64)
+
+    # ------------------------------------------------------------------ control variates
+    def _taylor_terms(self, rows):
+        """log p(x_i | theta_hat), its gradient and (order 2) Hessian for ``rows``; cached."""
+        cache = self._cache
+        missing = np.array([r for r in rows.tolist() if r not in cache], dtype=np.int64)
+        if missing.size:
+            if self.order == 2:
+                ll, g, h = self.engine.loglik_rows_hessian(self.theta_hat, missing)
+            else:
+                ll, g = self.engine.loglik_rows_grad(self.theta_hat, missing)
+                h = [None] * missing.size
+            if len(cache) + missing.size > self._cache_size:
+                cache.clear()
+            for i, r in enumerate(missing.tolist()):
+                cache[r] = (ll[i], g[i], h[i])
+        terms = [cache[r] for r in rows.tolist()]
+        ll = np.array([t[0] for t in terms])
+        g = np.array([t[1] for t in terms]).reshape(len(terms), self.ndim)
+        h = np.array([t[2] for t in terms]) if self.order == 2 else None
+        return ll, g, h
+
+    def _uhat_sum(self, q):
+        """``Uhat_k(q) - Uhat_k(theta_hat)`` summed over all rows (O(d^2), no data)."""
+        d = q - self.theta_hat
+        return -(self._g_sum @ d) - 0.5 * (d @ self._h_sum @ d)
+
+    def _remainder_fn(self, q, q_prop):
+        """``rows -> R_i(q') - R_i(q)``, ``R_i = U_i - Uhat_{k,i}`` (lambda_i before clipping)."""
+
+        def remainder(rows):
+            rows = np.asarray(rows, dtype=np.int64)
+            ll = self.engine.loglik_pair(q, q_prop, rows)  # (2, n): at q and at q'
+            ll_hat, g, h = self._taylor_terms(rows)
+            d0, d1 = q - self.theta_hat, q_prop - self.theta_hat
+            # Uhat_{k,i}(x) = -ll_hat_i - g_i.d - 1/2 d' H_i d   (d = x - theta_hat)
+            uhat0 = -ll_hat - g @ d0
+            uhat1 = -ll_hat - g @ d1
+            if h is not None:
+                uhat0 = uhat0 - 0.5 * np.einsum("j,njk,k->n", d0, h, d0)
+                uhat1 = uhat1 - 0.5 * np.einsum("j,njk,k->n", d1, h, d1)
+            r0 = -ll[0] - uhat0
+            r1 = -ll[1] - uhat1
+            return r1 - r0
+
+        return remainder
+
+    # ------------------------------------------------------------------ the step
+    def _decide(self, q, q_prop, log_prior_ratio, log_qratio):
+        # first factor: prior, proposal ratio and exp(-Uhat_k), exactly (O(d^2))
+        log_first = log_qratio + log_prior_ratio - (self._uhat_sum(q_prop) - self._uhat_sum(q))
+        phi = taylor_phi(q, q_prop, self.theta_hat, self.order)
+        eng = self.engine
+
+        def full_log_ratio():
+            return log_prior_ratio + log_qratio + eng.full_loglik_diff(q, q_prop)
+
+        res = smh_test(
+            self.rng,
+            log_first,
+            phi,
+            self.psi_total,
+            self.alias,
+            self.psi,
+            self._remainder_fn(q, q_prop),
+            full_log_ratio,
+            truncation=self.truncation,
+        )
+        return bool(res.accept), {
+            "data_used": int(res.data_used),
+            "n_batches": int(res.data_used > 0),
+            "poisson_rate": float(res.poisson_rate),
+            "fallback": bool(res.fallback),
+        }
+
+
+def _proposal_name(proposal):
+    return type(proposal).__name__
+
+
+def _inverse_pd(h):
+    """Inverse of a symmetric matrix, made positive definite if needed (eigenvalue floor)."""
+    h = 0.5 * (h + h.T)
+    w, v = np.linalg.eigh(h)
+    if np.all(w > 0):
+        return np.linalg.inv(h)
+    floor = max(np.max(np.abs(w)) * 1e-8, 1e-12)
+    w = np.maximum(np.abs(w), floor)
+    return (v / w) @ v.T
