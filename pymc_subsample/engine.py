@@ -41,7 +41,7 @@ except ImportError:  # pragma: no cover - older PyTensor
 
 __all__ = ["LikelihoodEngine", "ModelNotSupportedError", "RowData"]
 
-_DEFAULT_CHUNK = 65536
+_DEFAULT_CHUNK = 8192
 
 
 class ModelNotSupportedError(ValueError):
@@ -394,62 +394,56 @@ class LikelihoodEngine:
         return f
 
     def _build_functions(self, batch_ll, prior):
-        point = self._point
-        shared = self.shared
+        """Join the step's variables into one raveled input ``q``; compile nothing yet."""
         (ll_q, prior_q), q = join_nonshared_inputs(
-            point, [batch_ll, prior], self.vars, shared_inputs=shared
+            self._point, [batch_ll, prior], self.vars, shared_inputs=self.shared
         )
         q.name = "q"
         q2 = q.type(name="q_prop")
-        ll_q2 = pytensor.graph.replace.clone_replace(ll_q, {q: q2})
-        batch_inputs = [r.batch_input for r in self.rows]
-
-        def compile(inputs, outputs):
-            f = pytensor.function(inputs, outputs, on_unused_input="ignore")
-            f.trust_input = True
-            return f
-
-        ll_sum = ll_q.sum()
-        grad_sum = pytensor.grad(ll_sum, q)
-        prior_grad = pytensor.grad(prior_q, q)
-        self._f_ll = compile([q, *batch_inputs], ll_q)
-        self._f_ll_pair = compile([q, q2, *batch_inputs], pt.stack([ll_q, ll_q2]))
-        self._f_ll_diff = compile([q, q2, *batch_inputs], ll_q2 - ll_q)
-        self._f_ll_sum = compile([q, *batch_inputs], ll_sum)
-        self._f_ll_sum_grad = compile([q, *batch_inputs], [ll_sum, grad_sum])
-        self._f_prior = compile([q], prior_q)
-        self._f_prior_grad = compile([q], [prior_q, prior_grad])
-        # Built lazily: per-row derivatives and Hessians compile slowly.
         self._q, self._q2, self._ll_q, self._prior_q = q, q2, ll_q, prior_q
-        self._batch_inputs = batch_inputs
-        self._lazy = {}
+        self._batch_inputs = [r.batch_input for r in self.rows]
+        self._compiled = {}
 
-    def _lazy_fn(self, key):
-        if key in self._lazy:
-            return self._lazy[key]
-        q, ll, prior, inputs = self._q, self._ll_q, self._prior_q, self._batch_inputs
+    def _graph(self, key):
+        """Inputs and outputs of the function ``key`` (see :meth:`_fn`)."""
+        q, q2, ll, prior, batch = self._q, self._q2, self._ll_q, self._prior_q, self._batch_inputs
+        if key == "prior":
+            return [q], prior
+        if key == "prior_grad":
+            return [q], [prior, pytensor.grad(prior, q)]
+        if key == "prior_hess":
+            g = pytensor.grad(prior, q)
+            return [q], [prior, g, pytensor.gradient.jacobian(g, q, vectorize=True)]
+        if key == "ll":
+            return [q, *batch], ll
+        if key in ("ll_pair", "ll_diff"):
+            ll2 = pytensor.graph.replace.clone_replace(ll, {q: q2})
+            out = pt.stack([ll, ll2]) if key == "ll_pair" else ll2 - ll
+            return [q, q2, *batch], out
+        if key == "ll_sum":
+            return [q, *batch], ll.sum()
+        if key == "ll_sum_grad":
+            return [q, *batch], [ll.sum(), pytensor.grad(ll.sum(), q)]
+        if key == "sum_hess":
+            g = pytensor.grad(ll.sum(), q)
+            return [q, *batch], [ll.sum(), g, pytensor.gradient.jacobian(g, q, vectorize=True)]
         if key == "row_grad":
-            out = pytensor.gradient.jacobian(ll, q, vectorize=True)
-            f = pytensor.function([q, *inputs], [ll, out], on_unused_input="ignore")
-        elif key == "row_hess":
+            return [q, *batch], [ll, pytensor.gradient.jacobian(ll, q, vectorize=True)]
+        if key == "row_hess":
             jac = pytensor.gradient.jacobian(ll, q, vectorize=True)
             hess = pytensor.gradient.jacobian(jac.ravel(), q, vectorize=True)
-            f = pytensor.function(
-                [q, *inputs], [ll, jac, hess.reshape((ll.shape[0], q.shape[0], q.shape[0]))],
-                on_unused_input="ignore",
-            )
-        elif key == "sum_hess":
-            g = pytensor.grad(ll.sum(), q)
-            h = pytensor.gradient.jacobian(g, q, vectorize=True)
-            f = pytensor.function([q, *inputs], [ll.sum(), g, h], on_unused_input="ignore")
-        elif key == "prior_hess":
-            g = pytensor.grad(prior, q)
-            h = pytensor.gradient.jacobian(g, q, vectorize=True)
-            f = pytensor.function([q], [prior, g, h], on_unused_input="ignore")
-        else:  # pragma: no cover
-            raise KeyError(key)
-        f.trust_input = True
-        self._lazy[key] = f
+            d = q.shape[0]
+            return [q, *batch], [ll, jac, hess.reshape((ll.shape[0], d, d))]
+        raise KeyError(key)  # pragma: no cover
+
+    def _fn(self, key):
+        """The compiled function ``key``, compiled on first use (compiles dominate set-up)."""
+        f = self._compiled.get(key)
+        if f is None:
+            inputs, outputs = self._graph(key)
+            f = pytensor.function(inputs, outputs, on_unused_input="ignore")
+            f.trust_input = True
+            self._compiled[key] = f
         return f
 
     def _check_factorises(self):
@@ -522,25 +516,25 @@ class LikelihoodEngine:
         """Log prior density of all free variables (with transform Jacobians) plus the
         data-free Potentials, at the step's point ``q`` (other variables as set in
         ``shared``). O(1) in N."""
-        return float(self._f_prior(np.asarray(q, dtype=np.float64)))
+        return float(self._fn("prior")(np.asarray(q, dtype=np.float64)))
 
     def prior_and_grad(self, q):
         """Log prior and its gradient with respect to ``q``."""
-        v, g = self._f_prior_grad(np.asarray(q, dtype=np.float64))
+        v, g = self._fn("prior_grad")(np.asarray(q, dtype=np.float64))
         return float(v), g
 
     def prior_hessian(self, q):
         """Log prior, gradient and Hessian with respect to ``q``."""
-        v, g, h = self._lazy_fn("prior_hess")(np.asarray(q, dtype=np.float64))
+        v, g, h = self._fn("prior_hess")(np.asarray(q, dtype=np.float64))
         return float(v), g, h
 
     def loglik(self, q, rows) -> np.ndarray:
         """Per-row log-likelihood terms (summed over all observed variables) of ``rows``."""
-        return self._f_ll(np.asarray(q, dtype=np.float64), *self.gather(self._as_rows(rows)))
+        return self._fn("ll")(np.asarray(q, dtype=np.float64), *self.gather(self._as_rows(rows)))
 
     def loglik_pair(self, q, q_prop, rows) -> np.ndarray:
         """Per-row log-likelihood at two points on the same rows, in one call: (2, len(rows))."""
-        return self._f_ll_pair(
+        return self._fn("ll_pair")(
             np.asarray(q, dtype=np.float64),
             np.asarray(q_prop, dtype=np.float64),
             *self.gather(self._as_rows(rows)),
@@ -548,7 +542,7 @@ class LikelihoodEngine:
 
     def loglik_diff(self, q, q_prop, rows) -> np.ndarray:
         """``l_i = log p(x_i | q_prop) - log p(x_i | q)`` for ``rows``, in one call."""
-        return self._f_ll_diff(
+        return self._fn("ll_diff")(
             np.asarray(q, dtype=np.float64),
             np.asarray(q_prop, dtype=np.float64),
             *self.gather(self._as_rows(rows)),
@@ -556,14 +550,14 @@ class LikelihoodEngine:
 
     def loglik_sum_grad(self, q, rows):
         """Sum of the rows' log-likelihood and its gradient with respect to ``q``."""
-        v, g = self._f_ll_sum_grad(
+        v, g = self._fn("ll_sum_grad")(
             np.asarray(q, dtype=np.float64), *self.gather(self._as_rows(rows))
         )
         return float(v), g
 
     def loglik_hessian(self, q, rows):
         """Sum of the rows' log-likelihood, its gradient and its Hessian with respect to ``q``."""
-        v, g, h = self._lazy_fn("sum_hess")(
+        v, g, h = self._fn("sum_hess")(
             np.asarray(q, dtype=np.float64), *self.gather(self._as_rows(rows))
         )
         return float(v), g, h
@@ -571,7 +565,7 @@ class LikelihoodEngine:
     def loglik_rows_grad(self, q, rows, *, chunk: int = 256):
         """Per-row log-likelihood ``(n,)`` and per-row gradients ``(n, ndim)``."""
         rows = self._as_rows(rows)
-        f = self._lazy_fn("row_grad")
+        f = self._fn("row_grad")
         q = np.asarray(q, dtype=np.float64)
         vals, grads = [], []
         for s in range(0, rows.size, chunk):
@@ -585,7 +579,7 @@ class LikelihoodEngine:
     def loglik_rows_hessian(self, q, rows, *, chunk: int = 32):
         """Per-row log-likelihood, gradients ``(n, ndim)`` and Hessians ``(n, ndim, ndim)``."""
         rows = self._as_rows(rows)
-        f = self._lazy_fn("row_hess")
+        f = self._fn("row_hess")
         q = np.asarray(q, dtype=np.float64)
         out = [[], [], []]
         for s in range(0, rows.size, chunk):
@@ -606,28 +600,28 @@ class LikelihoodEngine:
     def full_loglik(self, q, *, chunk: int = _DEFAULT_CHUNK) -> float:
         """Sum of all N rows' log-likelihood, in chunks (bounded memory)."""
         q = np.asarray(q, dtype=np.float64)
-        return float(sum(float(self._f_ll_sum(q, *data)) for data in self._chunks(chunk)))
+        return float(sum(float(self._fn("ll_sum")(q, *data)) for data in self._chunks(chunk)))
 
     def full_loglik_diff(self, q, q_prop, *, chunk: int = _DEFAULT_CHUNK) -> float:
         """``sum_i l_i`` over all N rows (the exact MH log-likelihood ratio), in chunks."""
         q = np.asarray(q, dtype=np.float64)
         q2 = np.asarray(q_prop, dtype=np.float64)
-        return float(sum(float(self._f_ll_diff(q, q2, *d).sum()) for d in self._chunks(chunk)))
+        return float(sum(float(self._fn("ll_diff")(q, q2, *d).sum()) for d in self._chunks(chunk)))
 
     def full_loglik_grad(self, q, *, chunk: int = _DEFAULT_CHUNK):
         """Sum of all rows' log-likelihood and its gradient, in chunks."""
         q = np.asarray(q, dtype=np.float64)
         total, grad = 0.0, np.zeros(self.ndim)
         for data in self._chunks(chunk):
-            v, g = self._f_ll_sum_grad(q, *data)
+            v, g = self._fn("ll_sum_grad")(q, *data)
             total += float(v)
             grad += g
         return total, grad
 
-    def full_loglik_hessian(self, q, *, chunk: int = 16384):
+    def full_loglik_hessian(self, q, *, chunk: int = 4096):
         """Sum of all rows' log-likelihood, gradient and Hessian, in chunks."""
         q = np.asarray(q, dtype=np.float64)
-        f = self._lazy_fn("sum_hess")
+        f = self._fn("sum_hess")
         total, grad, hess = 0.0, np.zeros(self.ndim), np.zeros((self.ndim, self.ndim))
         for data in self._chunks(chunk):
             v, g, h = f(q, *data)

@@ -122,9 +122,9 @@ def test_girsanov_dp_matches_direct_drift_dp(epsilon):
     n, m = 10_000, 500
     dp = sequential_test_dp(n, m, epsilon)
     for mu in (0.0, 0.7, 2.0, 5.0):
-        e_ref, u_ref = direct_drift_dp(n, m, epsilon, mu)
+        e_ref, u_ref = direct_drift_dp(n, m, epsilon, mu, n_grid=600)
         e, u = dp.evaluate(mu)
-        assert abs(e - e_ref) < 2e-5 and abs(u - u_ref) < 2e-5
+        assert abs(e - e_ref) < 1e-5 and abs(u - u_ref) < 1e-5
 
 
 def test_merged_stages_match_unmerged_dp():
@@ -264,7 +264,7 @@ def test_average_designs_use_less_data_than_worst_case():
     n = 10**6
     l_mean, l_sd, o1 = _trial_pairs(n, 100, seed=1)
     bound = 0.02
-    ms, eps = [200, 500, 2000], [0.005, 0.01, 0.05, 0.1, 0.2]
+    ms, eps = [100, 500, 2000], [0.001, 0.002, 0.005, 0.01, 0.05, 0.2]
     worst = design_austerity_test(n, max_error=bound, batch_sizes=ms, epsilons=eps)
     avg = design_austerity_test(n, max_error=bound, pair_stats=(l_mean, l_sd, o1),
                                 batch_sizes=ms, epsilons=eps)
@@ -297,7 +297,8 @@ def test_design_full_grid_huge_n_in_seconds():
     l_mean, l_sd, o1 = _trial_pairs(10**8, 100, seed=4)
     d2 = design_austerity_test(10**8, max_error=0.01, pair_stats=(l_mean, l_sd, o1))
     assert time.perf_counter() - t0 < 60
-    assert d.feasible and d2.feasible
+    assert d.feasible and d.error <= 0.45
+    assert d2.error <= 0.01 and d2.expected_data_use <= 1.0
 
 
 @pytest.mark.parametrize(

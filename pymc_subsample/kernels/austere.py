@@ -270,6 +270,8 @@ def austere_test(
             raise ValueError(
                 f"loglik_diff returned shape {lvals.shape} for {rows.shape[0]} rows."
             )
+        if rows.shape[0] == 0:
+            raise ValueError("sampler returned no rows before all n_total rows were drawn.")
         k += 1
         if return_first_batch and k == 1:
             first = lvals.copy()

@@ -1,0 +1,181 @@
+"""Diagnostics of data usage for subsampling samplers.
+
+Works with what ``pm.sample`` returns on either PyMC version: an ``arviz.InferenceData``
+(PyMC 5) or an xarray ``DataTree`` (PyMC 6). Plots follow ArviZ/matplotlib conventions:
+they take an optional ``ax`` and return the axes, and never call ``plt.show()``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = [
+    "get_group",
+    "convergence",
+    "posterior_moments",
+    "data_usage_summary",
+    "plot_batch_sizes",
+    "plot_data_used",
+]
+
+
+def get_group(idata, name: str):
+    """Group ``name`` (e.g. ``"posterior"``, ``"sample_stats"``) as an ``xarray.Dataset``.
+
+    Parameters
+    ----------
+    idata : arviz.InferenceData or xarray.DataTree
+    name : str
+    """
+    if hasattr(idata, "to_dataset"):  # DataTree (PyMC 6)
+        node = idata[name]
+        return node.to_dataset() if hasattr(node, "to_dataset") else node
+    if not hasattr(idata, name):
+        raise KeyError(f"The sampling result has no '{name}' group.")
+    return getattr(idata, name)
+
+
+def posterior_moments(idata, var_names=None):
+    """Posterior mean and sd of every scalar component, as two flat float arrays and the
+    component labels (``beta[0]``, ...), for comparing samplers."""
+    post = get_group(idata, "posterior")
+    names = list(post.data_vars) if var_names is None else list(var_names)
+    means, sds, labels = [], [], []
+    for name in names:
+        vals = np.asarray(post[name].values, dtype=float)
+        flat = vals.reshape(vals.shape[0] * vals.shape[1], -1)
+        means.append(flat.mean(axis=0))
+        sds.append(flat.std(axis=0, ddof=1))
+        k = flat.shape[1]
+        labels += [name] if vals.ndim == 2 else [f"{name}[{i}]" for i in range(k)]
+    return np.concatenate(means), np.concatenate(sds), labels
+
+
+def convergence(idata, var_names=None):
+    """``(min bulk ESS, max R-hat)`` over all components of ``var_names`` (default: all
+    posterior variables), with ArviZ (0.x or 1.x)."""
+    import arviz as az
+
+    post = get_group(idata, "posterior")
+    if var_names is not None:
+        post = post[list(var_names)]
+    ess = az.ess(post, method="bulk")
+    rhat = az.rhat(post)
+    ess_min = min(float(np.min(ess[v].values)) for v in ess.data_vars)
+    rhat_max = max(float(np.max(rhat[v].values)) for v in rhat.data_vars)
+    return ess_min, rhat_max
+
+
+def _stat(stats, name):
+    """A stat by name; in a CompoundStep PyMC may prefix it (``sampler_0__name``)."""
+    if name in stats:
+        return stats[name]
+    for key in stats.data_vars:
+        if key.endswith("__" + name):
+            return stats[key]
+    return None
+
+
+def data_usage_summary(idata, *, n_rows: int | None = None, quantiles=(0.05, 0.5, 0.95)):
+    """Per-chain summary of the rows a subsampling step read.
+
+    Parameters
+    ----------
+    idata : arviz.InferenceData or xarray.DataTree
+        A result of ``pm.sample`` with one of this package's steps.
+    n_rows : int, optional
+        ``N``, to express usage as a fraction of the data (``data_used / N``).
+    quantiles : sequence of float
+        Quantiles of ``data_used`` per draw to report.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per chain plus an ``"all"`` row: ``mean``, the quantiles (``q5``,
+        ``q50``, ...), ``total`` rows touched, ``accept_rate``, ``fallback_rate`` (share
+        of steps decided on all the data: ScalableMH's ``fallback`` or the sequential
+        tests' ``exact``) and, with ``n_rows``, ``mean_fraction``.
+    """
+    import pandas as pd
+
+    stats = get_group(idata, "sample_stats")
+    used = _stat(stats, "data_used")
+    if used is None:
+        raise KeyError(
+            "sample_stats has no 'data_used': was the result sampled with a pymc_subsample step?"
+        )
+    acc = _stat(stats, "accepted")
+    fb = _stat(stats, "fallback")
+    if fb is None:
+        fb = _stat(stats, "exact")
+    rows = []
+    labels = [int(c) for c in used["chain"].values] + ["all"]
+    for label in labels:
+        sel = used.values.reshape(-1) if label == "all" else used.sel(chain=label).values
+        row = {"chain": label, "mean": float(np.mean(sel))}
+        for q in quantiles:
+            row[f"q{round(q * 100):d}"] = float(np.quantile(sel, q))
+        row["total"] = int(np.sum(sel))
+        if acc is not None:
+            a = acc.values.reshape(-1) if label == "all" else acc.sel(chain=label).values
+            row["accept_rate"] = float(np.mean(a))
+        if fb is not None:
+            f = fb.values.reshape(-1) if label == "all" else fb.sel(chain=label).values
+            row["fallback_rate"] = float(np.mean(f))
+        if n_rows:
+            row["mean_fraction"] = row["mean"] / float(n_rows)
+        rows.append(row)
+    return pd.DataFrame(rows).set_index("chain")
+
+
+def plot_batch_sizes(idata, *, ax=None, bins="auto", log=False, **hist_kwargs):
+    """Histogram of the rows read per step (the batch-size plots of Seita et al. 2017,
+    Figs. 2 and 4).
+
+    Parameters
+    ----------
+    idata : arviz.InferenceData or xarray.DataTree
+    ax : matplotlib.axes.Axes, optional
+    bins : int, sequence or str
+    log : bool
+        Logarithmic count axis.
+    **hist_kwargs
+        Passed to ``ax.hist``.
+
+    Returns
+    -------
+    matplotlib.axes.Axes
+    """
+    import matplotlib.pyplot as plt
+
+    used = _stat(get_group(idata, "sample_stats"), "data_used")
+    if used is None:
+        raise KeyError("sample_stats has no 'data_used'.")
+    if ax is None:
+        _, ax = plt.subplots()
+    ax.hist(np.asarray(used.values).ravel(), bins=bins, log=log, **hist_kwargs)
+    ax.set_xlabel("rows read per step (data_used)")
+    ax.set_ylabel("steps")
+    return ax
+
+
+def plot_data_used(idata, *, ax=None, **plot_kwargs):
+    """``data_used`` over draws, one line per chain.
+
+    Returns
+    -------
+    matplotlib.axes.Axes
+    """
+    import matplotlib.pyplot as plt
+
+    used = _stat(get_group(idata, "sample_stats"), "data_used")
+    if used is None:
+        raise KeyError("sample_stats has no 'data_used'.")
+    if ax is None:
+        _, ax = plt.subplots()
+    for c in used["chain"].values:
+        ax.plot(used.sel(chain=c).values, label=f"chain {int(c)}", **plot_kwargs)
+    ax.set_xlabel("draw")
+    ax.set_ylabel("rows read (data_used)")
+    ax.legend(loc="best")
+    return ax
