@@ -676,8 +676,10 @@ def test_compiled_functions_hold_no_full_size_data(big):
     the row data reach them only through the gathered batch inputs."""
     eng, q, rows = big
     eng.loglik_rows_grad(q, rows)  # build a lazy one as well
-    fns = [f for f in vars(eng).values() if isinstance(f, Function)]
-    fns += [f for f in getattr(eng, "_lazy", {}).values() if isinstance(f, Function)]
+    fns = []
+    for attr in vars(eng).values():  # compiled functions, directly or in a cache dict
+        items = attr.values() if isinstance(attr, dict) else [attr]
+        fns += [f for f in items if isinstance(f, Function)]
     assert len(fns) >= 5
     for f in fns:
         for var in f.maker.fgraph.variables:

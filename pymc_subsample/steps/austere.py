@@ -99,7 +99,8 @@ class AustereMH(SubsampleStep):
             epsilon=self.epsilon,
             batch_size=self.batch_size,
             batch_increment=self.batch_increment,
-            return_first_batch="clt" not in self._warned,
+            # the CLT matters only for the t-test: epsilon = 0 never uses it
+            return_first_batch=self.epsilon > 0 and "clt" not in self._warned,
             # epsilon = 0 reads every row: the kernel then reads them in order
             sampler=self._sampler.restart(self.rng) if self.epsilon > 0 else None,
         )

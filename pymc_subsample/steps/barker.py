@@ -4,6 +4,7 @@ Metropolis-Hastings" (Algorithm 1, "MHminibatch")."""
 
 from __future__ import annotations
 
+import math
 import numbers
 
 from ..kernels.barker import barker_test
@@ -77,6 +78,8 @@ class BarkerMinibatch(SubsampleStep):
         for name, value in (("delta", delta), ("temperature", temperature)):
             if isinstance(value, bool) or not isinstance(value, numbers.Real) or not value > 0:
                 raise ValueError(f"{name} must be a positive number, got {value!r}.")
+        if not math.isfinite(temperature):
+            raise ValueError(f"temperature must be a finite positive number, got {temperature!r}.")
         if error not in ("acceptance", "lemma3"):
             raise ValueError(f"error must be 'acceptance' or 'lemma3', got {error!r}.")
         self.delta = float(delta)

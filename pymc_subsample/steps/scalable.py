@@ -14,6 +14,11 @@ from ..glm import SUPPORTED_TEXT, detect_glm, glm_psi
 from ..kernels.thinning import AliasTable, smh_test, taylor_phi
 from .base import BASE_STATS, SubsampleStep
 
+try:  # PyTensor >= 2.31 moved graph traversal helpers
+    from pytensor.graph.traversal import ancestors
+except ImportError:  # pragma: no cover
+    from pytensor.graph.basic import ancestors
+
 __all__ = ["ScalableMH"]
 
 
@@ -128,6 +133,9 @@ class ScalableMH(SubsampleStep):
         self.truncation = (
             float(self.n_rows) if self._truncation_arg is None else float(self._truncation_arg)
         )
+        # cheap checks first, before the mode search and the data pass
+        self._check_likelihood_vars()
+        self._glm_spec = self._check_bounds_arg()
         self.theta_hat = self._find_mode(self._mode_arg)
         # one pass: sums of per-row gradients and Hessians of the log-likelihood at theta_hat
         _, g_ll, h_ll = eng.full_loglik_hessian(self.theta_hat)
@@ -158,10 +166,53 @@ class ScalableMH(SubsampleStep):
         )
         self._cache = {}
 
+    def _check_likelihood_vars(self):
+        """Refuse a likelihood that depends on variables this step does not sample.
+
+        ``theta_hat``, the Taylor coefficients and their sums are computed once, with the
+        other variables at their initial values; if another step (e.g. NUTS in a
+        ``CompoundStep``) moved a variable of the likelihood, the control variates would
+        be stale and the bounds ``lambda_i <= phi * psi_i`` would not hold.
+        """
+        eng = self.engine
+        model = eng.model
+        ll = model.logp(vars=model.observed_RVs, sum=True)
+        used = set(ancestors([ll]))
+        mine = set(eng.vars)
+        others = [
+            model.values_to_rvs[v].name for v in model.value_vars if v not in mine and v in used
+        ]
+        if others:
+            raise ValueError(
+                "ScalableMH must sample every variable the likelihood depends on: its Taylor "
+                "control variates at theta_hat are computed once, so the likelihood cannot "
+                f"depend on {', '.join(repr(o) for o in others)}, sampled by another step. Add "
+                "them to vars= (variables that only enter the prior may be left to other steps)."
+            )
+
+    def _check_bounds_arg(self):
+        """Validate ``bounds=`` early; for ``"auto"`` recognise the GLM (or raise)."""
+        bounds = self._bounds_arg
+        if isinstance(bounds, str):
+            if bounds != "auto":
+                raise ValueError(f"bounds must be 'auto', a callable or an array. {SUPPORTED_TEXT}")
+            return detect_glm(self.engine.model)
+        if bounds is None:
+            raise ValueError(f"ScalableMH needs bound constants. {SUPPORTED_TEXT}")
+        return None
+
     def _find_mode(self, mode):
         eng = self.engine
         if mode is not None:
             if isinstance(mode, dict):
+                missing = [v.name for v in eng.vars if v.name not in mode]
+                if missing:
+                    raise ValueError(
+                        f"mode is missing {', '.join(repr(m) for m in missing)}: a point dict "
+                        "must give the step's value variables in the unconstrained space "
+                        f"(keys {', '.join(repr(v.name) for v in eng.vars)}), as pm.find_MAP "
+                        "returns them."
+                    )
                 q = np.concatenate(
                     [np.ravel(np.asarray(mode[v.name], dtype=np.float64)) for v in eng.vars]
                 )
@@ -193,14 +244,9 @@ class ScalableMH(SubsampleStep):
     def _bound_constants(self):
         bounds = self._bounds_arg
         if isinstance(bounds, str):
-            if bounds != "auto":
-                raise ValueError(f"bounds must be 'auto', a callable or an array. {SUPPORTED_TEXT}")
-            spec = detect_glm(self.engine.model)
-            return glm_psi(self.engine, spec, self.order, self.theta_hat)
+            return glm_psi(self.engine, self._glm_spec, self.order, self.theta_hat)
         if callable(bounds):
             return np.asarray(bounds(self.order), dtype=np.float64)
-        if bounds is None:
-            raise ValueError(f"ScalableMH needs bound constants. {SUPPORTED_TEXT}")
         return np.asarray(bounds, dtype=np.float64)
 
     # ------------------------------------------------------------------ control variates
@@ -215,7 +261,10 @@ class ScalableMH(SubsampleStep):
                 ll, g = self.engine.loglik_rows_grad(self.theta_hat, missing)
                 h = [None] * missing.size
             if len(cache) + missing.size > self._cache_size:
+                # evict, but keep the entries this call still reads below
+                keep = {r: cache[r] for r in rows.tolist() if r in cache}
                 cache.clear()
+                cache.update(keep)
             for i, r in enumerate(missing.tolist()):
                 cache[r] = (ll[i], g[i], h[i])
         terms = [cache[r] for r in rows.tolist()]

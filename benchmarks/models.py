@@ -1,0 +1,771 @@
+"""Comparison models for the benchmarks and the reference-posterior tests.
+
+Every builder returns ``(model, reference)``: a ``pymc.Model`` and a :class:`Reference`
+holding the per-parameter posterior mean and sd, flattened, with labels matching
+:func:`pymc_subsample.diagnostics.posterior_moments` (``beta[0]``, ..., ``sigma``). The
+reference comes from one of three sources (``Reference.source`` says which):
+
+- ``posteriordb``: the 10,000 reference draws of the posteriordb project (Stan NUTS runs
+  by its maintainers). Stan's 1-based ``beta[1]`` is mapped to ``beta[0]``. The folder is
+  ``<repo>/../shared/posteriordb`` unless the environment variable ``PMS_POSTERIORDB``
+  names another one.
+- ``exact``: a conjugate posterior in closed form (``linear-1e5``).
+- ``NUTS``: a long PyMC NUTS run (4 chains x 2,500 draws after 1,000 tuning steps)
+  cached on disk in ``benchmarks/output/cache/`` (gitignored); the first call computes it
+  (from about 20 s for 10^4 rows to several minutes for 10^6 rows), later calls read it.
+  Delete the cache folder to recompute.
+
+Models (``MODELS``):
+
+=================  ========  ==================================================================
+name               N rows    model
+=================  ========  ==================================================================
+logistic-1e4/5/6   10^4..6   ``y_i ~ Bernoulli(logit_p = x_i . beta)``, ``x_i ~ N(0, I_10)``,
+                             ``beta_j ~ Normal(0, 1)`` (synthetic, d = 10; data generated in
+                             chunks of 10^6 rows)
+robust             10^5      ``y_i ~ StudentT(nu=4, mu = x_i . beta, sigma=1)``, intercept + 4
+                             covariates, ``beta_j ~ Normal(0, 10)``; noise t_4 plus 1% gross
+                             outliers
+hierarchical       10^5      ``y_i ~ Bernoulli(logit_p = alpha[g_i] + x_i . beta)``, 20 groups,
+                             ``alpha_g ~ Normal(mu_alpha, sigma_alpha)``, ``mu_alpha ~ N(0, 2)``,
+                             ``sigma_alpha ~ HalfNormal(1)``, ``beta ~ N(0, 1)`` (3 covariates)
+linear-1e5         10^5      ``y_i ~ Normal(x_i . beta, 1)`` (sigma known), ``beta ~ N(0, 10^2)``:
+                             conjugate, exact reference
+sblrc-blr ...      100..     the four posteriordb posteriors, exactly as
+                             ``shared/posteriordb/README.md`` describes them
+=================  ========  ==================================================================
+
+Run ``python benchmarks/models.py`` to build every model and print its reference.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+CACHE_DIR = REPO / "benchmarks" / "output" / "cache"
+D_LOGISTIC = 10
+
+# posteriordb folder -> short model name used by compare.py
+POSTERIORDB = {
+    "sblrc-blr": "sblrc-blr",
+    "kidiq": "kidiq-kidscore_momiq",
+    "earnings": "earnings-logearn_height",
+    "nes1980": "nes1980-nes",
+}
+
+__all__ = [
+    "Reference",
+    "MODELS",
+    "build",
+    "posteriordb_dir",
+    "posteriordb_available",
+    "load_posteriordb",
+    "posteriordb_model",
+    "reference_from_draws",
+    "ess_mean",
+    "mcse_mean_sd",
+    "logistic_data",
+]
+
+
+# ---------------------------------------------------------------------------------------
+# references
+# ---------------------------------------------------------------------------------------
+
+
+@dataclass
+class Reference:
+    """Posterior mean and sd per scalar parameter component.
+
+    Attributes
+    ----------
+    labels : list of str
+        ``beta[0]``, ..., ``sigma`` (0-based, as ``diagnostics.posterior_moments``).
+    mean, sd : ndarray
+    mcse_mean, mcse_sd : ndarray
+        Monte Carlo standard errors of ``mean`` and ``sd`` (0 for an exact reference).
+    source : str
+        ``"posteriordb"``, ``"exact"`` or ``"NUTS"`` (plus details).
+    n_rows : int
+        Number of data rows of the model.
+    draws : dict, optional
+        ``label -> (chains, draws)`` array when the reference is built from draws.
+    """
+
+    labels: list
+    mean: np.ndarray
+    sd: np.ndarray
+    mcse_mean: np.ndarray
+    mcse_sd: np.ndarray
+    source: str
+    n_rows: int
+    draws: dict | None = field(default=None, repr=False)
+
+    def index(self, labels):
+        """Positions of ``labels`` in this reference (KeyError naming a missing label)."""
+        pos = {lab: i for i, lab in enumerate(self.labels)}
+        missing = [lab for lab in labels if lab not in pos]
+        if missing:
+            raise KeyError(f"labels {missing} not in the reference ({self.labels})")
+        return np.array([pos[lab] for lab in labels], dtype=int)
+
+    def as_table(self) -> str:
+        lines = [f"reference ({self.source}), N = {self.n_rows}"]
+        for i, lab in enumerate(self.labels):
+            lines.append(
+                f"  {lab:<14} mean {self.mean[i]: .6g} (mcse {self.mcse_mean[i]:.2g})   "
+                f"sd {self.sd[i]:.6g} (mcse {self.mcse_sd[i]:.2g})"
+            )
+        return "\n".join(lines)
+
+
+def _autocov(x):
+    """Biased autocovariance of each row of ``x`` (chains, draws) by FFT."""
+    m, n = x.shape
+    nfft = 1 << int(np.ceil(np.log2(2 * n)))
+    xc = x - x.mean(axis=1, keepdims=True)
+    f = np.fft.rfft(xc, n=nfft, axis=1)
+    return np.fft.irfft(f * np.conj(f), n=nfft, axis=1)[:, :n] / n
+
+
+def ess_mean(x) -> float:
+    """Effective sample size of the mean of ``x`` (chains, draws): the multi-chain
+    estimator of Vehtari, Gelman, Simpson, Carpenter & Buerkner (2021), eq. 10-11, with
+    Geyer's initial monotone sequence (the ``ess_mean`` of Stan / ArviZ, without rank
+    normalisation). Written here so the result does not depend on the ArviZ version."""
+    x = np.asarray(x, dtype=float)
+    if x.ndim == 1:
+        x = x[None, :]
+    m, n = x.shape
+    if n < 4 or not np.all(np.isfinite(x)):
+        return float("nan")
+    acov = _autocov(x)
+    chain_mean = x.mean(axis=1)
+    mean_var = acov[:, 0].mean() * n / (n - 1)
+    var_plus = mean_var * (n - 1) / n + (chain_mean.var(ddof=1) if m > 1 else 0.0)
+    if var_plus <= 0:
+        return float("nan")
+    rho = np.zeros(n)
+    rho[0] = 1.0
+    rho_even = 1.0
+    rho_odd = 1.0 - (mean_var - acov[:, 1].mean()) / var_plus
+    rho[1] = rho_odd
+    t = 1
+    while t < n - 3 and rho_even + rho_odd > 0:
+        rho_even = 1.0 - (mean_var - acov[:, t + 1].mean()) / var_plus
+        rho_odd = 1.0 - (mean_var - acov[:, t + 2].mean()) / var_plus
+        if rho_even + rho_odd >= 0:
+            rho[t + 1] = rho_even
+            rho[t + 2] = rho_odd
+        t += 2
+    max_t = t - 2
+    if rho_even > 0:
+        rho[max_t + 1] = rho_even
+    t = 1
+    while t <= max_t - 2:  # monotone sequence
+        if rho[t + 1] + rho[t + 2] > rho[t - 1] + rho[t]:
+            rho[t + 1] = rho[t + 2] = (rho[t - 1] + rho[t]) / 2.0
+        t += 2
+    tau = -1.0 + 2.0 * rho[: max_t + 1].sum() + rho[max_t + 1]
+    tau = max(tau, 1.0 / np.log10(m * n))
+    return float(m * n / tau)
+
+
+def mcse_mean_sd(x):
+    """Monte Carlo standard errors ``(of the mean, of the sd)`` of ``x`` (chains, draws).
+
+    The sd's error is the delta method on the variance, ``Var = E[(x - m)^2]``:
+    ``mcse_sd = mcse((x - m)^2) / (2 sd)``.
+    """
+    x = np.asarray(x, dtype=float)
+    if x.ndim == 1:
+        x = x[None, :]
+    sd = float(x.std(ddof=1))
+    mcse_m = sd / np.sqrt(ess_mean(x))
+    z = (x - x.mean()) ** 2
+    mcse_var = float(z.std(ddof=1)) / np.sqrt(ess_mean(z))
+    mcse_s = mcse_var / (2.0 * sd) if sd > 0 else float("nan")
+    return float(mcse_m), float(mcse_s)
+
+
+def reference_from_draws(draws: dict, source: str, n_rows: int) -> Reference:
+    """A :class:`Reference` from ``label -> (chains, draws)`` arrays."""
+    labels = list(draws)
+    mean = np.array([np.mean(draws[k]) for k in labels])
+    sd = np.array([np.std(np.asarray(draws[k]).ravel(), ddof=1) for k in labels])
+    errs = np.array([mcse_mean_sd(draws[k]) for k in labels])
+    return Reference(labels, mean, sd, errs[:, 0], errs[:, 1], source, int(n_rows), draws)
+
+
+def _stan_label(name: str) -> str:
+    """``beta[3]`` (Stan, 1-based) -> ``beta[2]``; scalars unchanged."""
+    if "[" not in name:
+        return name
+    base, idx = name[:-1].split("[")
+    return f"{base}[{','.join(str(int(i) - 1) for i in idx.split(','))}]"
+
+
+# ---------------------------------------------------------------------------------------
+# posteriordb
+# ---------------------------------------------------------------------------------------
+
+
+def posteriordb_dir() -> Path:
+    """The posteriordb folder: ``$PMS_POSTERIORDB`` or ``<repo>/../shared/posteriordb``."""
+    env = os.environ.get("PMS_POSTERIORDB")
+    if env:
+        return Path(env).expanduser().resolve()
+    return REPO.parent / "shared" / "posteriordb"
+
+
+def posteriordb_available(folder: str | None = None) -> bool:
+    root = posteriordb_dir()
+    folders = [folder] if folder else list(POSTERIORDB.values())
+    return all(
+        (root / f / "data.json.zip").is_file() and (root / f / "reference_draws.json.zip").is_file()
+        for f in folders
+    )
+
+
+def _read_json_zip(path: Path):
+    with zipfile.ZipFile(path) as zf:
+        names = [n for n in zf.namelist() if not n.endswith("/")]
+        if len(names) != 1:
+            raise ValueError(f"{path}: expected one JSON file, found {names}")
+        with zf.open(names[0]) as fh:
+            return json.load(io.TextIOWrapper(fh, encoding="utf-8"))
+
+
+def load_posteriordb(folder: str):
+    """``(data, draws)`` of a posteriordb folder: the data dict and the reference draws as
+    ``label -> (10, 1000)`` arrays with 0-based labels."""
+    root = posteriordb_dir() / folder
+    if not root.is_dir():
+        raise FileNotFoundError(
+            f"posteriordb folder {root} not found (set PMS_POSTERIORDB to the folder holding "
+            f"{', '.join(POSTERIORDB.values())})"
+        )
+    data = _read_json_zip(root / "data.json.zip")
+    chains = _read_json_zip(root / "reference_draws.json.zip")
+    draws = {
+        _stan_label(k): np.array([np.asarray(ch[k], dtype=float) for ch in chains])
+        for k in chains[0]
+    }
+    return data, draws
+
+
+def posteriordb_model(folder: str, data: dict):
+    """The PyMC model of a posteriordb posterior, as ``shared/posteriordb/README.md``
+    describes it. Coefficients are the vector ``beta`` and the scale ``sigma``."""
+    import pymc as pm
+
+    n = int(data["N"])
+    if folder == "sblrc-blr":
+        X = np.asarray(data["X"], dtype=float)
+        y = np.asarray(data["y"], dtype=float)
+        with pm.Model() as model:
+            beta = pm.Normal("beta", 0.0, 10.0, shape=X.shape[1])
+            sigma = pm.HalfNormal("sigma", 10.0)
+            pm.Normal("y", mu=pm.math.dot(X, beta), sigma=sigma, observed=y)
+    elif folder == "kidiq-kidscore_momiq":
+        x = np.asarray(data["mom_iq"], dtype=float)
+        y = np.asarray(data["kid_score"], dtype=float)
+        with pm.Model() as model:
+            beta = pm.Flat("beta", shape=2)
+            sigma = pm.HalfCauchy("sigma", 2.5)
+            pm.Normal("kid_score", mu=beta[0] + beta[1] * x, sigma=sigma, observed=y)
+    elif folder == "earnings-logearn_height":
+        x = np.asarray(data["height"], dtype=float)
+        y = np.log(np.asarray(data["earn"], dtype=float))
+        with pm.Model() as model:
+            beta = pm.Flat("beta", shape=2)
+            sigma = pm.HalfFlat("sigma")
+            pm.Normal("log_earn", mu=beta[0] + beta[1] * x, sigma=sigma, observed=y)
+    elif folder == "nes1980-nes":
+        age = np.asarray(data["age_discrete"])
+        X = np.column_stack(
+            [
+                np.ones(n),
+                np.asarray(data["real_ideo"], dtype=float),
+                np.asarray(data["race_adj"], dtype=float),
+                (age == 2).astype(float),
+                (age == 3).astype(float),
+                (age == 4).astype(float),
+                np.asarray(data["educ1"], dtype=float),
+                np.asarray(data["gender"], dtype=float),
+                np.asarray(data["income"], dtype=float),
+            ]
+        )
+        y = np.asarray(data["partyid7"], dtype=float)
+        with pm.Model() as model:
+            beta = pm.Flat("beta", shape=X.shape[1])
+            sigma = pm.HalfFlat("sigma")
+            pm.Normal("partyid7", mu=pm.math.dot(X, beta), sigma=sigma, observed=y)
+    else:
+        raise KeyError(f"unknown posteriordb folder {folder!r}")
+    return model
+
+
+def _build_posteriordb(folder):
+    data, draws = load_posteriordb(folder)
+    model = posteriordb_model(folder, data)
+    n = int(data["N"])
+    return model, reference_from_draws(draws, f"posteriordb {folder} (10 x 1000 Stan draws)", n)
+
+
+# ---------------------------------------------------------------------------------------
+# synthetic tall models
+# ---------------------------------------------------------------------------------------
+
+
+def logistic_data(n, d=D_LOGISTIC, seed=0, chunk=10**6):
+    """Synthetic logistic-regression rows ``(X, y, beta_true)``, generated in chunks of
+    ``chunk`` rows (no N-sized temporaries beyond ``X`` and ``y``)."""
+    rng = np.random.default_rng(seed)
+    beta = rng.normal(0.0, 0.5, d)
+    X = np.empty((n, d))
+    y = np.empty(n, dtype=np.int64)
+    for s in range(0, n, chunk):
+        e = min(s + chunk, n)
+        X[s:e] = rng.standard_normal((e - s, d))
+        y[s:e] = rng.random(e - s) < 1.0 / (1.0 + np.exp(-(X[s:e] @ beta)))
+    return X, y, beta
+
+
+def logistic_model(n, seed=0):
+    """``(model, X, y)``: the synthetic logistic regression (``beta ~ Normal(0, 1)``)."""
+    import pymc as pm
+
+    X, y, _ = logistic_data(n, seed=seed)
+    with pm.Model() as model:
+        beta = pm.Normal("beta", 0.0, 1.0, shape=X.shape[1])
+        pm.Bernoulli("y", logit_p=pm.math.dot(X, beta), observed=y)
+    return model, X, y
+
+
+def robust_data(n=10**5, seed=1, nu=4.0, sigma=1.0, outlier_share=0.01):
+    rng = np.random.default_rng(seed)
+    k = 4
+    X = np.column_stack([np.ones(n), rng.standard_normal((n, k))])
+    beta_true = np.array([1.0, 2.0, -1.0, 0.5, 0.0])
+    y = X @ beta_true + sigma * rng.standard_t(nu, n)
+    bad = rng.random(n) < outlier_share
+    y[bad] += rng.normal(0.0, 50.0, bad.sum())
+    return X, y
+
+
+ROBUST = {"nu": 4.0, "sigma": 1.0, "prior_sd": 10.0}
+
+
+def robust_model(n=10**5, seed=1):
+    """``(model, X, y)``: Student-t regression with fixed ``nu = 4``, ``sigma = 1``; t-noise
+    plus 1% gross outliers (``N(0, 50^2)``)."""
+    import pymc as pm
+
+    X, y = robust_data(n, seed, ROBUST["nu"], ROBUST["sigma"])
+    with pm.Model() as model:
+        beta = pm.Normal("beta", 0.0, ROBUST["prior_sd"], shape=X.shape[1])
+        pm.StudentT("y", nu=ROBUST["nu"], mu=pm.math.dot(X, beta), sigma=ROBUST["sigma"],
+                    observed=y)
+    return model, X, y
+
+
+HIER = {"n": 10**5, "groups": 20, "k": 3, "seed": 2}
+
+
+def hierarchical_data(n=10**5, groups=20, k=3, seed=2):
+    rng = np.random.default_rng(seed)
+    g = rng.integers(0, groups, n)
+    X = rng.standard_normal((n, k))
+    alpha_true = rng.normal(-0.5, 0.7, groups)
+    beta_true = rng.normal(0.0, 0.5, k)
+    eta = alpha_true[g] + X @ beta_true
+    y = (rng.random(n) < 1.0 / (1.0 + np.exp(-eta))).astype(np.int64)
+    return g, X, y
+
+
+def hierarchical_model(n=10**5, groups=20, k=3, seed=2):
+    """``(model, g, X, y)``: hierarchical logistic regression with integer group indices
+    ``g`` (centred; every group has about n / groups rows, so the centred form is the
+    efficient one)."""
+    import pymc as pm
+
+    g, X, y = hierarchical_data(n, groups, k, seed)
+    with pm.Model() as model:
+        mu_alpha = pm.Normal("mu_alpha", 0.0, 2.0)
+        sigma_alpha = pm.HalfNormal("sigma_alpha", 1.0)
+        alpha = pm.Normal("alpha", mu_alpha, sigma_alpha, shape=groups)
+        beta = pm.Normal("beta", 0.0, 1.0, shape=k)
+        pm.Bernoulli("y", logit_p=alpha[g] + pm.math.dot(X, beta), observed=y)
+    return model, g, X, y
+
+
+def linear_model_exact(n=10**5, d=5, seed=3, sigma=1.0, prior_sd=10.0):
+    """Normal linear regression with known ``sigma`` and a Normal prior: the posterior is
+    Normal with precision ``X'X / sigma^2 + I / prior_sd^2`` (conjugate, exact)."""
+    import pymc as pm
+
+    rng = np.random.default_rng(seed)
+    X = np.column_stack([np.ones(n), rng.standard_normal((n, d - 1))])
+    beta_true = rng.normal(0.0, 1.0, d)
+    y = X @ beta_true + sigma * rng.standard_normal(n)
+    prec = X.T @ X / sigma**2 + np.eye(d) / prior_sd**2
+    cov = np.linalg.inv(prec)
+    mean = cov @ (X.T @ y / sigma**2)
+    with pm.Model() as model:
+        beta = pm.Normal("beta", 0.0, prior_sd, shape=d)
+        pm.Normal("y", mu=pm.math.dot(X, beta), sigma=sigma, observed=y)
+    labels = [f"beta[{j}]" for j in range(d)]
+    sd = np.sqrt(np.diag(cov))
+    ref = Reference(labels, mean, sd, np.zeros(d), np.zeros(d), "exact (conjugate Normal)", n)
+    return model, ref
+
+
+# ---------------------------------------------------------------------------------------
+# references for tall GLMs: importance sampling from the Laplace approximation
+# ---------------------------------------------------------------------------------------
+
+
+class _GLMTarget:
+    """Unnormalised log posterior of ``y_i ~ family(x_i . beta)``, ``beta ~ N(0, prior_sd^2)``
+    in NumPy, written independently of PyMC, evaluated for many ``beta`` at once and in
+    chunks of rows. Families: ``"logistic"`` and ``"student_t"`` (fixed nu, sigma)."""
+
+    def __init__(self, X, y, family, prior_sd, nu=None, sigma=None, chunk=50_000):
+        self.X, self.y, self.family = X, np.asarray(y, dtype=float), family
+        self.prior_sd, self.nu, self.sigma, self.chunk = prior_sd, nu, sigma, chunk
+
+    def _row_terms(self, eta, y):
+        """Per-row log-likelihood (up to a constant), first and second derivative in eta."""
+        if self.family == "logistic":
+            p = 1.0 / (1.0 + np.exp(-eta))
+            return y * eta - np.logaddexp(0.0, eta), y - p, -p * (1.0 - p)
+        nu, s = self.nu, self.sigma
+        r = (y - eta) / s
+        q = nu + r * r
+        ll = -0.5 * (nu + 1.0) * np.log1p(r * r / nu)
+        return ll, (nu + 1.0) * r / (s * q), (nu + 1.0) * (r * r - nu) / (s * s * q * q)
+
+    def grad_hess(self, beta):
+        d = self.X.shape[1]
+        lp = -0.5 * beta @ beta / self.prior_sd**2
+        g = -beta / self.prior_sd**2
+        h = -np.eye(d) / self.prior_sd**2
+        for s in range(0, len(self.y), self.chunk):
+            Xc, yc = self.X[s : s + self.chunk], self.y[s : s + self.chunk]
+            ll, d1, d2 = self._row_terms(Xc @ beta, yc)
+            lp += ll.sum()
+            g += Xc.T @ d1
+            h += (Xc * d2[:, None]).T @ Xc
+        return lp, g, h
+
+    def logp_many(self, B):
+        """``(K,)`` log posterior for the rows of ``B`` ``(K, d)``."""
+        out = -0.5 * np.sum(B * B, axis=1) / self.prior_sd**2
+        for s in range(0, len(self.y), self.chunk):
+            Xc, yc = self.X[s : s + self.chunk], self.y[s : s + self.chunk]
+            eta = Xc @ B.T  # (rows, K)
+            out += self._row_terms(eta, yc[:, None])[0].sum(axis=0)
+        return out
+
+    def mode(self):
+        """Posterior mode (L-BFGS, then Newton polishing) and inverse negative Hessian."""
+        import scipy.optimize
+
+        def f(b):
+            lp, g, _ = self.grad_hess(b)
+            return -lp, -g
+
+        res = scipy.optimize.minimize(
+            f, np.zeros(self.X.shape[1]), jac=True, method="L-BFGS-B",
+            options={"maxiter": 5000, "gtol": 1e-10},
+        )
+        beta = res.x
+        for _ in range(3):  # Newton polish: quadratic convergence near the mode
+            _, g, h = self.grad_hess(beta)
+            beta = beta + np.linalg.solve(-h, g)
+        _, _, h = self.grad_hess(beta)
+        cov = np.linalg.inv(-0.5 * (h + h.T))
+        return beta, 0.5 * (cov + cov.T)
+
+
+class _HierTarget:
+    """Unnormalised log posterior of the hierarchical logistic regression in NumPy, in the
+    unconstrained coordinates ``theta = (mu_alpha, log sigma_alpha, alpha[G], beta[k])``
+    (with the log-Jacobian of ``sigma_alpha``), evaluated for many ``theta`` at once."""
+
+    def __init__(self, g, X, y, groups, chunk=50_000):
+        self.g, self.X, self.y = g, X, np.asarray(y, dtype=float)
+        self.G, self.k, self.chunk = groups, X.shape[1], chunk
+        self.d = 2 + groups + self.k
+
+    def labels(self):
+        return (["mu_alpha", "sigma_alpha"] + [f"alpha[{j}]" for j in range(self.G)]
+                + [f"beta[{j}]" for j in range(self.k)])
+
+    def constrain(self, B):
+        out = np.array(B, dtype=float, copy=True)
+        out[:, 1] = np.exp(B[:, 1])
+        return out
+
+    def _prior(self, B):
+        mu, ls = B[:, 0], B[:, 1]
+        a, b = B[:, 2 : 2 + self.G], B[:, 2 + self.G :]
+        sig = np.exp(ls)
+        lp = -0.5 * mu**2 / 4.0 - 0.5 * sig**2 + ls  # N(0, 2), HalfNormal(1) + Jacobian
+        lp += -0.5 * np.sum((a - mu[:, None]) ** 2, axis=1) / sig**2 - self.G * ls
+        lp += -0.5 * np.sum(b * b, axis=1)
+        return lp
+
+    def logp_many(self, B):
+        B = np.atleast_2d(B)
+        out = self._prior(B)
+        a, b = B[:, 2 : 2 + self.G], B[:, 2 + self.G :]
+        for s in range(0, len(self.y), self.chunk):
+            gc, Xc, yc = self.g[s : s + self.chunk], self.X[s : s + self.chunk], self.y[s : s + self.chunk]
+            eta = a[:, gc].T + Xc @ b.T  # (rows, K)
+            out += (yc[:, None] * eta - np.logaddexp(0.0, eta)).sum(axis=0)
+        return out
+
+    def grad(self, th):
+        mu, ls = th[0], th[1]
+        a, b = th[2 : 2 + self.G], th[2 + self.G :]
+        sig2 = np.exp(2 * ls)
+        gr = np.zeros(self.d)
+        gr[0] = -mu / 4.0 + np.sum(a - mu) / sig2
+        gr[1] = -sig2 + 1.0 + np.sum((a - mu) ** 2) / sig2 - self.G
+        gr[2 : 2 + self.G] = -(a - mu) / sig2
+        gr[2 + self.G :] = -b
+        eta = a[self.g] + self.X @ b
+        r = self.y - 1.0 / (1.0 + np.exp(-eta))
+        gr[2 : 2 + self.G] += np.bincount(self.g, weights=r, minlength=self.G)
+        gr[2 + self.G :] += self.X.T @ r
+        return gr
+
+    def mode(self):
+        import scipy.optimize
+
+        th0 = np.zeros(self.d)
+        res = scipy.optimize.minimize(
+            lambda t: -self.logp_many(t)[0], th0, jac=lambda t: -self.grad(t),
+            method="L-BFGS-B", options={"maxiter": 5000, "gtol": 1e-8},
+        )
+        th = res.x
+        h = np.empty((self.d, self.d))
+        eps = 1e-5
+        for j in range(self.d):
+            e = np.zeros(self.d)
+            e[j] = eps
+            h[:, j] = (self.grad(th + e) - self.grad(th - e)) / (2 * eps)
+        cov = np.linalg.inv(-0.5 * (h + h.T))
+        return th, 0.5 * (cov + cov.T)
+
+
+def _pareto_khat(logw):
+    """Shape ``k`` of the generalised Pareto tail of the importance weights (the fit of
+    Zhang & Stephens 2009 with the weak prior of PSIS, Vehtari et al. 2024, as in ArviZ's
+    ``psislw``): ``k < 0.5`` means the importance-sampling estimates are reliable."""
+    x = np.sort(logw - logw.max())
+    n = x.size
+    m = int(np.ceil(min(0.2 * n, 3.0 * np.sqrt(n))))
+    cut = x[-m - 1]
+    tail = np.exp(x[-m:]) - np.exp(cut)
+    tail = np.sort(tail[tail > 0])
+    n_t = tail.size
+    if n_t < 5:
+        return 0.0
+    m_est = 30 + int(np.sqrt(n_t))
+    b = 1.0 - np.sqrt(m_est / (np.arange(1, m_est + 1, dtype=float) - 0.5))
+    b /= 3.0 * tail[int(n_t / 4 + 0.5) - 1]
+    b += 1.0 / tail[-1]
+    k = np.log1p(-b[:, None] * tail).mean(axis=1)
+    len_scale = n_t * (np.log(-(b / k)) - k - 1.0)
+    wts = 1.0 / np.exp(len_scale - len_scale[:, None]).sum(axis=1)
+    b_post = np.sum(b * wts)
+    k_post = np.log1p(-b_post * tail).mean()
+    return float((n_t * k_post + 10 * 0.5) / (n_t + 10))
+
+
+def laplace_is_reference(target, labels, n_rows, *, n_draws=4000, df=10.0,
+                         seed=0, block=250):
+    """Reference from self-normalised importance sampling with a multivariate-t proposal
+    (``df`` degrees of freedom) centred at the posterior mode with the inverse Hessian as
+    scale, in the target's unconstrained coordinates (moments of the constrained values). Exact up to Monte Carlo error (reported): the weights use the log posterior
+    itself. Raises if the Pareto ``k`` of the weights is above 0.5 (unreliable)."""
+    import scipy.stats
+
+    mode, cov = target.mode()
+    d = mode.size
+    prop = scipy.stats.multivariate_t(loc=mode, shape=cov, df=df, seed=seed)
+    B = prop.rvs(size=n_draws).reshape(n_draws, d)
+    logq = prop.logpdf(B)
+    logp = np.concatenate(
+        [target.logp_many(B[s : s + block]) for s in range(0, n_draws, block)]
+    )
+    logw = logp - logq
+    if hasattr(target, "constrain"):
+        B = target.constrain(B)
+    w = np.exp(logw - logw.max())
+    w /= w.sum()
+    mean = w @ B
+    dev = B - mean
+    var = w @ dev**2
+    sd = np.sqrt(var)
+    mcse_mean = np.sqrt((w**2) @ dev**2)
+    mcse_var = np.sqrt((w**2) @ (dev**2 - var) ** 2)
+    mcse_sd = mcse_var / (2.0 * sd)
+    ess = 1.0 / np.sum(w**2)
+    khat = _pareto_khat(logw)
+    if khat > 0.5:
+        raise RuntimeError(f"importance-sampling reference unreliable: Pareto k = {khat:.2f}")
+    source = (f"Laplace-t IS ({n_draws} draws, ESS {ess:.0f}, Pareto k {khat:.2f})")
+    return Reference(list(labels), mean, sd, mcse_mean, mcse_sd, source, int(n_rows))
+
+
+# ---------------------------------------------------------------------------------------
+# cached references
+# ---------------------------------------------------------------------------------------
+
+NUTS_REF = {"chains": 4, "draws": 1000, "tune": 1000, "target_accept": 0.9}
+IS_REF = {"n_draws": 4000, "df": 10.0, "seed": 0}
+
+
+def _cache_path(key: str, settings: dict) -> Path:
+    h = hashlib.sha1(json.dumps([key, settings], sort_keys=True).encode()).hexdigest()[:10]
+    return CACHE_DIR / f"{key}-{h}.npz"
+
+
+def _cached(key: str, settings: dict, compute, verbose=True) -> Reference:
+    """Read the reference ``key`` from the cache or compute and store it."""
+    path = _cache_path(key, settings)
+    if path.is_file():
+        z = np.load(path, allow_pickle=False)
+        return Reference(
+            [str(s) for s in z["labels"]], z["mean"], z["sd"], z["mcse_mean"], z["mcse_sd"],
+            str(z["source"]) + " [cached]", int(z["n_rows"]),
+        )
+    import time
+
+    if verbose:
+        print(f"[models] computing the reference {key} (cached in {path})", flush=True)
+    t0 = time.perf_counter()
+    ref = compute()
+    ref.source += f", {time.perf_counter() - t0:.0f} s"
+    CACHE_DIR.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.stem + ".tmp.npz")
+    np.savez(
+        tmp, labels=np.array(ref.labels), mean=ref.mean, sd=ref.sd, mcse_mean=ref.mcse_mean,
+        mcse_sd=ref.mcse_sd, source=np.array(ref.source), n_rows=np.array(ref.n_rows),
+    )
+    os.replace(tmp, path)
+    return ref
+
+
+def nuts_reference(model, key: str, n_rows: int, *, cores=1) -> Reference:
+    """Reference from a long NUTS run (``NUTS_REF``), cached under ``key`` (which must
+    identify the model and its data: name, N, seed)."""
+
+    def compute():
+        import pymc as pm
+
+        from pymc_subsample.diagnostics import get_group
+
+        with model:
+            idata = pm.sample(
+                draws=NUTS_REF["draws"], tune=NUTS_REF["tune"], chains=NUTS_REF["chains"],
+                cores=cores, target_accept=NUTS_REF["target_accept"], random_seed=20240501,
+                progressbar=False, compute_convergence_checks=False,
+            )
+        post = get_group(idata, "posterior")
+        draws = {}
+        for name in post.data_vars:
+            vals = np.asarray(post[name].values, dtype=float)
+            if vals.ndim == 2:
+                draws[name] = vals
+            else:
+                flat = vals.reshape(vals.shape[0], vals.shape[1], -1)
+                for j in range(flat.shape[2]):
+                    draws[f"{name}[{j}]"] = flat[:, :, j]
+        ess = min(ess_mean(v) for v in draws.values())
+        if ess < 400:
+            raise RuntimeError(f"NUTS reference for {key}: min ESS {ess:.0f} < 400; not cached.")
+        ref = reference_from_draws(
+            draws, f"NUTS {NUTS_REF['chains']}x{NUTS_REF['draws']} (min ESS {ess:.0f})", n_rows
+        )
+        ref.draws = None
+        return ref
+
+    return _cached(key, NUTS_REF, compute)
+
+
+# ---------------------------------------------------------------------------------------
+# registry
+# ---------------------------------------------------------------------------------------
+
+
+def _logistic(n):
+    def build_():
+        model, X, y = logistic_model(n)
+        labels = [f"beta[{j}]" for j in range(X.shape[1])]
+        ref = _cached(
+            f"logistic-n{n}-d{D_LOGISTIC}-seed0", IS_REF,
+            lambda: laplace_is_reference(_GLMTarget(X, y, "logistic", 1.0), labels, n, **IS_REF),
+        )
+        return model, ref
+
+    return build_
+
+
+def _robust():
+    model, X, y = robust_model()
+    labels = [f"beta[{j}]" for j in range(X.shape[1])]
+    target = _GLMTarget(X, y, "student_t", ROBUST["prior_sd"], nu=ROBUST["nu"],
+                        sigma=ROBUST["sigma"])
+    ref = _cached("robust-n100000-seed1", IS_REF,
+                  lambda: laplace_is_reference(target, labels, len(y), **IS_REF))
+    return model, ref
+
+
+def _hierarchical():
+    model, g, X, y = hierarchical_model(**HIER)
+    target = _HierTarget(g, X, y, HIER["groups"])
+    key = "hierarchical-n{n}-g{groups}-k{k}-seed{seed}".format(**HIER)
+    ref = _cached(key, IS_REF,
+                  lambda: laplace_is_reference(target, target.labels(), len(y), **IS_REF))
+    return model, ref
+
+
+MODELS = {
+    "logistic-1e4": _logistic(10**4),
+    "logistic-1e5": _logistic(10**5),
+    "logistic-1e6": _logistic(10**6),
+    "robust": _robust,
+    "hierarchical": _hierarchical,
+    "linear-1e5": linear_model_exact,
+    **{short: (lambda f=folder: _build_posteriordb(f)) for short, folder in POSTERIORDB.items()},
+}
+
+
+def build(name: str):
+    """``(model, reference)`` for a model of ``MODELS``."""
+    if name not in MODELS:
+        raise KeyError(f"unknown model {name!r}; choose from {', '.join(MODELS)}")
+    return MODELS[name]()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    import sys
+
+    for name in sys.argv[1:] or list(MODELS):
+        m, r = build(name)
+        print(f"== {name}")
+        print(r.as_table())
