@@ -439,6 +439,10 @@ class RandomWalk(Proposal):
         Tuning steps between re-estimates of the covariance factor.
     adapt_gain, adapt_t0, adapt_kappa : float
         Robbins-Monro gain ``gamma_t = adapt_gain / (1 + t / adapt_t0) ** adapt_kappa``.
+    max_scale_factor : float, default inf
+        Tuning may not raise the scale above this multiple of its start. The approximate
+        tests accept large moves too often, so an unbounded acceptance-rate tuner drives
+        their scale (and their bias) up; the steps cap it.
 
     Notes
     -----
@@ -453,9 +457,12 @@ class RandomWalk(Proposal):
     def __init__(self, scaling: Any = None, *, adapt: bool = True, adapt_covariance: bool = False,
                  target_accept: float = 0.234, cov_start: int | None = None,
                  cov_update_interval: int = 50, adapt_gain: float = 1.0, adapt_t0: float = 10.0,
-                 adapt_kappa: float = 0.6):
+                 adapt_kappa: float = 0.6, max_scale_factor: float = math.inf):
         super().__init__(adapt=adapt, target_accept=target_accept, adapt_gain=adapt_gain,
                          adapt_t0=adapt_t0, adapt_kappa=adapt_kappa)
+        if not max_scale_factor >= 1.0:
+            raise ValueError(f"max_scale_factor must be >= 1, got {max_scale_factor!r}.")
+        self._log_max_up = min(math.log(max_scale_factor), 40.0)
         self._user_scaling = None if scaling is None else _scale_vector(scaling, None, "scaling")
         self.adapt_covariance = bool(adapt_covariance)
         if cov_start is not None and int(cov_start) < 2:
@@ -477,7 +484,7 @@ class RandomWalk(Proposal):
         self.cov_start = self._cov_start_arg if self._cov_start_arg is not None else max(2 * ndim, 100)
 
     def _reset_state(self):
-        self._adapter.start(0.0, -40.0, 40.0)
+        self._adapter.start(0.0, -40.0, self._log_max_up)
         self._mult = 1.0
         self._sd = self._base_sd.copy()
         # adaptive covariance
@@ -577,7 +584,7 @@ class RandomWalk(Proposal):
                         if first:
                             # switch to the covariance form: restart the scale and the window
                             if self.adapt:
-                                self._adapter.start(0.0, -40.0, 40.0)
+                                self._adapter.start(0.0, -40.0, self._log_max_up)
                             self._mult = 1.0
                             self._w_n = 0
                             self._w_mean[:] = 0.0

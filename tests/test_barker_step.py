@@ -175,10 +175,9 @@ def test_sample_stats_consistency(small, small_run):
     assert early.sum() > 100  # at K = 20, delta = 0.05 most decisions stop early
     assert np.all((eps[early] > 0.0) & (eps[early] <= 0.05))
     assert np.all((s2[early] > 0.0) & (s2[early] < default_correction().sigma ** 2))
-    # moves happen exactly when accepted
+    # the chain moves exactly when a proposal is accepted
     mu = _values(small_run, "mu")
-    moved = np.concatenate([np.ones((2, 1), bool), np.diff(mu, axis=1) != 0], axis=1)
-    np.testing.assert_array_equal(moved[:, 1:], acc[:, 1:])
+    np.testing.assert_array_equal(np.diff(mu, axis=1) != 0, acc[:, 1:])
     assert 0.05 < acc.mean() < 0.8
     # scaling is frozen after tuning and positive
     assert np.all(scaling > 0) and np.all(scaling == scaling[:, :1])
@@ -260,7 +259,8 @@ def test_compound_step_beside_nuts():
         sigma = pm.HalfNormal("sigma", 5.0)
         pm.Normal("y", mu, sigma, observed=x)
         barker = pms.BarkerMinibatch([mu], batch_size=500)
-    kw = dict(draws=800, tune=400, chains=2, seed=SEED + 20)
+    # start near the data (from PyMC's default start NUTS's first energy overflows: noise)
+    kw = dict(draws=800, tune=400, chains=2, seed=SEED + 20, initvals={"mu": 1.0, "sigma": 1.5})
     one = _sample(model, [barker], cores=1, **kw)
     two = _sample(model, [barker], cores=2, **kw)
     _assert_same_runs(one, two, ["mu", "sigma"])

@@ -18,6 +18,8 @@ All randomness uses fixed seeds. Models are small (N = 120 rows) and built once 
 from __future__ import annotations
 
 import functools
+import signal
+import threading
 import tracemalloc
 import warnings
 
@@ -38,6 +40,29 @@ N_ZOO = 120
 RTOL = 1e-9  # engine vs model, same arithmetic up to summation order
 FD_STEP = 1e-6
 FD_RTOL = 1e-5
+
+
+TEST_TIME_GUARD = 240  # seconds; turns a pathological PyTensor compile into a failure
+
+
+@pytest.fixture(autouse=True)
+def _hang_guard():
+    """Fail (instead of hanging the whole run) if one test runs for minutes. Not a timing
+    assertion: a healthy test here takes seconds even with a cold compile cache."""
+    if not hasattr(signal, "SIGALRM") or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def _raise(signum, frame):
+        raise TimeoutError(f"test still running after {TEST_TIME_GUARD} s (hung compile?)")
+
+    old = signal.signal(signal.SIGALRM, _raise)
+    signal.setitimer(signal.ITIMER_REAL, TEST_TIME_GUARD)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
 
 
 # ====================================================================== model zoo

@@ -371,7 +371,7 @@ def _skewed_terms():
     [
         ("gauss", 100, 0.5),
         ("gauss", 500, -0.4),
-        ("gauss", 1500, 0.5),  # first batch too small for eps <= delta: one growth step
+        ("gauss", 1000, 0.5),  # first batch too small for eps <= delta: stops at 2000
         ("skewed", 200, 0.2),
     ],
 )

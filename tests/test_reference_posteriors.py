@@ -34,11 +34,31 @@ Measured bias (long runs: 8 chains x 20,000 draws after 3,000 tuning steps, MAP 
 adaptive covariance, PyMC 5.28; ``(sampler - reference) / reference sd``, with the
 combined Monte Carlo standard error of the difference in brackets; worst component):
 
-BIAS_TABLE_PLACEHOLDER
+    =========== =============== ========= ==================== ====================
+    posterior   method          rows/step worst mean error       worst sd error
+    =========== =============== ========= ==================== ====================
+    sblrc-blr   AustereMH *       100/100 -0.014 (0.015) beta[2] +0.012 (0.011) sigma
+    sblrc-blr   BarkerMinibatch   100/100 -0.028 (0.017) beta[2] +0.009 (0.011) beta[1]
+    kidiq       AustereMH *       434/434 +0.027 (0.013) beta[1] -0.006 (0.009) beta[0]
+    kidiq       BarkerMinibatch   433/434 +0.015 (0.014) beta[1] -0.011 (0.009) beta[0]
+    earnings    AustereMH        884/1192 -0.062 (0.014) sigma   +0.053 (0.010) sigma
+    earnings    BarkerMinibatch 1182/1192 -0.015 (0.015) sigma   -0.028 (0.009) beta[0]
+    nes1980     AustereMH         592/701 +0.028 (0.019) sigma   +0.032 (0.011) beta[8]
+    nes1980     BarkerMinibatch   700/701 +0.029 (0.020) beta[4] -0.026 (0.012) beta[2]
+    =========== =============== ========= ==================== ====================
 
-The allowances ``BIAS_MEAN`` / ``BIAS_SD`` below cover these with margin: at the
-default knobs the approximate methods are unbiased within what 160,000 draws can
-resolve on these posteriors, so the allowance is a small fraction of a posterior sd.
+    (* exact MH here: the first batch of 500 rows is all the data.)
+
+Only AustereMH on earnings shows a clearly resolved bias: sigma's mean 0.06 sd too low
+and every sd about 4-5% too large (z = 4-5.5), the direction expected from accepting
+with a sequential test at epsilon = 0.05; on nes1980 the sds are up to 3% too large
+(z <= 3). BarkerMinibatch's sds come out 2-3% too small on earnings and nes1980
+(z <= 3.1); its means are within the Monte Carlo error everywhere. Everything else is
+within about 2 standard errors of zero.
+
+The allowances ``BIAS_MEAN`` / ``BIAS_SD`` below are about twice the largest measured
+bias (AustereMH 0.10 sd, BarkerMinibatch 0.06 sd, for means and sds alike); the
+``K * MCSE`` term (0.2-0.4 sd for runs of this length) comes on top.
 
 ScalableMH is exact but its ``bounds="auto"`` needs a fixed likelihood scale: all four
 posteriors are Normal regressions with unknown ``sigma``, so the test asserts its clear
@@ -58,7 +78,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from helpers import posterior  # noqa: E402
+from helpers import posterior, sample_stats  # noqa: E402
 
 
 def _load_models():
@@ -89,8 +109,8 @@ K = 5.0
 MIN_ESS = 150
 CHAINS = 2
 # allowances in units of the reference sd (see the module docstring for the measurements)
-BIAS_MEAN = {"AustereMH": 0.05, "BarkerMinibatch": 0.05}
-BIAS_SD = {"AustereMH": 0.05, "BarkerMinibatch": 0.05}
+BIAS_MEAN = {"AustereMH": 0.10, "BarkerMinibatch": 0.06}
+BIAS_SD = {"AustereMH": 0.10, "BarkerMinibatch": 0.06}
 # (tune, draws) per chain: chosen for an ESS of several hundred on every component
 RUNS = {
     ("sblrc-blr", "AustereMH"): (2000, 6000),
@@ -99,8 +119,8 @@ RUNS = {
     ("kidiq-kidscore_momiq", "BarkerMinibatch"): (1500, 4000),
     ("earnings-logearn_height", "AustereMH"): (1500, 4000),
     ("earnings-logearn_height", "BarkerMinibatch"): (1500, 4000),
-    ("nes1980-nes", "AustereMH"): (2000, 6000),
-    ("nes1980-nes", "BarkerMinibatch"): (2000, 6000),
+    ("nes1980-nes", "AustereMH"): (2000, 8000),
+    ("nes1980-nes", "BarkerMinibatch"): (3000, 12000),
 }
 SEEDS = {"AustereMH": 101, "BarkerMinibatch": 202}
 
@@ -182,7 +202,8 @@ def test_reference_labels_match_models():
             size = int(np.prod(np.shape(point[model.rvs_to_values[rv].name])))
             labels += [rv.name] if rv.ndim == 0 else [f"{rv.name}[{j}]" for j in range(size)]
         assert sorted(labels) == sorted(ref.labels), folder
-        assert len(model.observed_RVs[0].owner.inputs) and ref.n_rows == int(data["N"])
+        (obs,) = model.observed_RVs
+        assert np.shape(model.rvs_to_values[obs].data)[0] == ref.n_rows == int(data["N"])
 
 
 @pytest.mark.slow
@@ -195,14 +216,8 @@ def test_matches_posteriordb_reference(folder, method):
         f"{method} on {folder}: {failures} outside K={K} MCSE + bias allowance "
         f"(or ESS < {MIN_ESS}):\n{_report(rows)}"
     )
-    used = np.asarray(M_stat(idata, "data_used"))
-    assert used.min() >= 1 and used.max() <= ref.n_rows
-
-
-def M_stat(idata, name):
-    from helpers import sample_stats
-
-    return sample_stats(idata)[name].values
+    used = np.asarray(sample_stats(idata)["data_used"].values)
+    assert used.min() >= 0 and used.max() <= ref.n_rows
 
 
 @pytest.mark.slow

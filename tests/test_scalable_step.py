@@ -375,6 +375,11 @@ def test_too_small_bounds_raise_during_sampling(logit):
     assert err.value.lam > err.value.bound
 
 
+def test_unknown_bounds_name_raises(logit):
+    with logit.model, pytest.raises(ValueError, match="bounds must be"):
+        pms.ScalableMH(order=1, bounds="glm")
+
+
 def test_bounds_array_of_wrong_length_raises(logit):
     with logit.model, pytest.raises(ValueError, match="bound constants"):
         pms.ScalableMH(order=1, bounds=np.ones(10), mode=logit.step(1).theta_hat)
@@ -664,6 +669,16 @@ def test_compound_step_beside_nuts(logit):
     assert_matches(
         tau, {"mean": [1.0], "var": [4.0], "mean_se": [0.0], "var_se": [0.0]}, label="tau"
     )
+
+
+@pytest.mark.slow
+def test_spawned_workers_give_identical_draws(logit):
+    """The step pickles (cloudpickle) for spawned workers (macOS, or mp_ctx="spawn")."""
+    step = logit.step(2)
+    kw = dict(draws=100, tune=50, chains=2, seed=SEED + 65)
+    one = _sample(logit.model, step, cores=1, **kw)
+    two = _sample(logit.model, step, cores=2, mp_ctx="spawn", **kw)
+    _assert_same_runs(one, two, ["a", "b"])
 
 
 def test_likelihood_depending_on_another_steps_variable_is_refused(logit):

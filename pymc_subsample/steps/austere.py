@@ -55,6 +55,7 @@ class AustereMH(SubsampleStep):
     """
 
     name = "austere_mh"
+    max_scale_factor = 2.0
     stats_dtypes_shapes = {**BASE_STATS, "exact": (bool, [])}
 
     def __init__(

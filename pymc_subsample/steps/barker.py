@@ -53,6 +53,7 @@ class BarkerMinibatch(SubsampleStep):
     """
 
     name = "barker_minibatch"
+    max_scale_factor = 2.0
     stats_dtypes_shapes = {
         **BASE_STATS,
         "clt_error": (float, []),

@@ -10,6 +10,7 @@ and randomness (PyMC 5 ``set_rng`` and PyMC 6 ``setup_chain``), and the sample s
 
 from __future__ import annotations
 
+import math
 import numbers
 from abc import abstractmethod
 import warnings
@@ -24,7 +25,7 @@ from pymc.step_methods.compound import Competence
 from pymc.util import get_random_generator, get_value_vars_from_user_vars
 
 from ..engine import LikelihoodEngine
-from ..proposals import as_proposal
+from ..proposals import Langevin, as_proposal
 
 __all__ = ["SubsampleStep", "check_batch_size"]
 
@@ -82,6 +83,9 @@ class SubsampleStep(ArrayStepShared):
     stats_dtypes_shapes = dict(BASE_STATS)
     default_proposal = "random_walk"
     loglik_weight = 1.0  # 1 / temperature for tempered targets (used by default_scaling)
+    #: cap of the default random walk's tuned scale, as a multiple of its start (the
+    #: approximate tests accept large moves too often: tuning would inflate their bias)
+    max_scale_factor = math.inf
 
     def __init__(
         self,
@@ -116,9 +120,11 @@ class SubsampleStep(ArrayStepShared):
         if scaling is not None:
             scaling = self._check_scaling(scaling)
         self.user_scaling = scaling
+        proposal_kwargs = dict(proposal_kwargs or {})
+        if proposal is None and self.default_proposal == "random_walk":
+            proposal_kwargs.setdefault("max_scale_factor", self.max_scale_factor)
         self.proposal = as_proposal(
-            proposal if proposal is not None else self.default_proposal,
-            **(proposal_kwargs or {}),
+            proposal if proposal is not None else self.default_proposal, **proposal_kwargs
         )
         self._setup_proposal(scaling)
         super().__init__(vars, shared, blocked=blocked, rng=rng)
@@ -172,6 +178,10 @@ class SubsampleStep(ArrayStepShared):
     def _setup_proposal(self, scaling):
         if scaling is None:
             scaling = self.default_scaling()
+            if isinstance(self.proposal, Langevin):
+                # Langevin takes a scalar step size h: from the smallest posterior sd
+                sd = scaling * np.sqrt(self.ndim) / 2.38
+                scaling = float(np.min(sd) ** 2 * 1.65**2 / self.ndim ** (1 / 3))
         self.proposal.setup(
             self.ndim, scaling=scaling, grad_fn=self._minibatch_grad, n_total=self.n_rows
         )
