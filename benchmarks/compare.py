@@ -1,13 +1,15 @@
 """Side-by-side comparison of the three subsampling steps with PyMC's Metropolis and NUTS.
 
-    python benchmarks/compare.py MODEL [--quick] [--cap SECONDS] [--init {default,map}]
+    python benchmarks/compare.py MODEL [--quick] [--cap SECONDS] [--init {map,default}]
+                                       [--adapt-cov] [--methods A,B,...]
 
 ``MODEL`` is one of ``logistic-1e4 logistic-1e5 logistic-1e6 robust hierarchical
 linear-1e5 sblrc-blr kidiq earnings nes1980`` or ``all`` (every model but
 ``linear-1e5``); the models and their reference posteriors are described in
 ``benchmarks/models.py``. All methods run on the same model in one process, one after
-the other, each with 2 chains sampled sequentially on one core (``cores=1``), so the
-timings are CPU time of one core and comparable.
+the other, each with 2 chains sampled sequentially in one process (``cores=1``); times
+are wall-clock seconds of that process (on a shared machine they include waiting for a
+CPU, so compare methods within one table rather than across runs).
 
 Methods (package defaults, as the README documents them):
 
@@ -18,6 +20,11 @@ Methods (package defaults, as the README documents them):
   ``ValueError``, reported in the table as ``not applicable: ...``
 - ``pm.Metropolis()`` (PyMC's default: one component at a time for vector variables)
 - ``pm.NUTS()``
+
+With ``--adapt-cov`` AustereMH and BarkerMinibatch use the adaptive full-covariance
+random walk (``proposal_kwargs={"adapt_covariance": True}``) instead of the default
+diagonal one: on the strongly correlated posteriordb posteriors the diagonal random walk
+reaches only a handful of effective draws.
 
 Budget (documented choice). Per method: ``tune``/``draws`` per chain =
 
@@ -30,8 +37,8 @@ NUTS                           1000 / 1000   300 / 300
 
 capped so that the estimated sampling time stays under ``--cap`` seconds (default 30,
 ``--quick`` 10): the cost of one step is measured by a pilot started at the reference
-posterior mean (a copy of the step, tuning on, up to 150 steps or ``cap / 5`` seconds,
-timing the second half; NUTS: the time of one gradient of the full log posterior times
+posterior mean (tuning on; a few untimed warm-up steps, then up to 150 steps or
+``cap / 5`` seconds; NUTS: the time of one gradient of the full log posterior times
 10 leapfrog steps per iteration), and ``tune`` and ``draws`` are scaled down by the same
 factor, to no fewer than 200 each (NUTS: 100). If even that floor
 is estimated to take more than 3 x ``--cap``, the method is skipped ("over budget").
@@ -45,8 +52,9 @@ posterior sds away). With the default cap ``all`` takes
 about 20-30 minutes on one free core (the first run also computes the cached references
 of the synthetic models, a few minutes).
 
-Columns: ``tune``/``draws`` actually used; ``setup s`` (step construction: compilation,
-and for ScalableMH the mode search and the pass over the data); ``sample s``; ``ESS``
+Columns: ``tune``/``draws`` actually used; ``setup s`` (step construction and the pilot's
+warm-up steps: compilation, and for ScalableMH the mode search and the pass over the
+data); ``sample s``; ``ESS``
 (minimum bulk ESS over all parameter components, ArviZ); ``ESS/s`` (ESS per second of
 sampling, tuning included); ``ESS/s incl. setup`` (per second of set-up plus sampling:
 counts ScalableMH's O(N) set-up, but also compilation, which dominates on small data);
@@ -98,16 +106,17 @@ COLUMNS = ["model", "N", "method", "status", "tune", "draws", "setup s", "sample
            "ESS/s", "ESS/s incl. setup", "ESS/1e6 rows", "R-hat", "max err/sd", "rows/step"]
 
 
-def make_step(method, model):
+def make_step(method, model, adapt_cov=False):
     import pymc as pm
 
     import pymc_subsample as pms
 
+    extra = {"proposal_kwargs": {"adapt_covariance": True}} if adapt_cov else {}
     with model:
         if method == "AustereMH":
-            return pms.AustereMH(epsilon=0.05, batch_size=500)
+            return pms.AustereMH(epsilon=0.05, batch_size=500, **extra)
         if method == "BarkerMinibatch":
-            return pms.BarkerMinibatch(batch_size=100, delta=0.01, temperature=1.0)
+            return pms.BarkerMinibatch(batch_size=100, delta=0.01, temperature=1.0, **extra)
         if method == "ScalableMH":
             return pms.ScalableMH(order=2, bounds="auto")
         if method == "Metropolis":
@@ -121,7 +130,7 @@ def shorten(msg, width=110):
     msg = " ".join(str(msg).split())
     for sep in (". ", "; "):
         if sep in msg[:width]:
-            msg = msg[: msg.index(sep, 0, width) + 1]
+            msg = msg[: msg.index(sep, 0, width)].rstrip(".;") + "."
             break
     return msg if len(msg) <= width else msg[: width - 3] + "..."
 
@@ -162,12 +171,16 @@ def _start_chain(step, seed):
 def seconds_per_step(method, step, model, point, budget, max_steps=150):
     """Pilot estimate of the cost of one iteration near the posterior, tuned.
 
-    Runs a copy of the step from ``point`` (tuning on) for up to ``max_steps`` steps or
-    until ``budget`` seconds have passed, and returns the mean time of the second half
-    of those steps (the proposal has adapted somewhat by then: an untuned proposal can
-    cost much more or less than a tuned one, e.g. ScalableMH falls back to the full data
-    for too large moves). NUTS: the time of one gradient of the full log posterior
-    times ``NUTS_LEAPFROG_GUESS``.
+    Returns ``(seconds per step, seconds of the untimed warm-up)``. Runs the step from
+    ``point`` (tuning on): warm-up steps, untimed (at least 3, at most 20, until
+    ``budget / 3`` seconds: this package's engine compiles some functions on their first
+    use, and the proposal adapts a little), then up to ``max_steps`` timed steps or until
+    ``budget`` seconds have passed (at least 3); returns their mean time, leaving out
+    steps over 20 times the median (a late first compile).
+    The subsampling steps run on the step object itself (``pm.sample`` resets their
+    proposal and tuning state at the start of every chain, and keeps the compiled
+    functions); PyMC's Metropolis runs on a copy (it keeps its tuned scaling). NUTS: the
+    time of one gradient of the full log posterior times ``NUTS_LEAPFROG_GUESS``.
     """
     if method == "NUTS":
         with model:
@@ -177,22 +190,28 @@ def seconds_per_step(method, step, model, point, budget, max_steps=150):
         for _ in range(3):
             fn[0](point)
             fn[1](point)
-        return (time.perf_counter() - t0) / 3 * NUTS_LEAPFROG_GUESS
-    try:
-        pilot = copy.deepcopy(step)
-    except Exception:  # pragma: no cover - fall back to a fresh step
-        pilot = make_step(method, model)
+        return (time.perf_counter() - t0) / 3 * NUTS_LEAPFROG_GUESS, 0.0
+    pilot = copy.deepcopy(step) if method == "Metropolis" else step
     _start_chain(pilot, 1)
     pt = dict(point)
     times = []
-    start = time.perf_counter()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        while len(times) < max_steps and (time.perf_counter() - start) < budget:
-            t0 = time.perf_counter()
+        t0 = time.perf_counter()
+        for i in range(20):  # warm-up: lazy compiles happen on first use of each path
             pt, _ = pilot.step(pt)
-            times.append(time.perf_counter() - t0)
-    return float(np.mean(times[len(times) // 2 :]))
+            if i >= 2 and time.perf_counter() - t0 > budget / 3:
+                break
+        first = time.perf_counter() - t0
+        start = time.perf_counter()
+        while len(times) < max_steps and (len(times) < 3 or time.perf_counter() - start < budget):
+            t1 = time.perf_counter()
+            pt, _ = pilot.step(pt)
+            times.append(time.perf_counter() - t1)
+    times = np.asarray(times)
+    # drop compile-size outliers (a late first use of some code path), keep heavy tails
+    times = times[times <= 20.0 * np.median(times)]
+    return float(np.mean(times)), first
 
 
 def metropolis_evals_per_draw(step):
@@ -220,7 +239,7 @@ def run_method(name, model, ref, method, args, init):
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            step = make_step(method, model)
+            step = make_step(method, model, args.adapt_cov)
     except (ValueError, NotImplementedError) as err:
         row["status"] = "not applicable: " + shorten(err)
         return row
@@ -228,8 +247,11 @@ def run_method(name, model, ref, method, args, init):
     kind = "NUTS" if method == "NUTS" else "step"
     tune, draws = BUDGET["quick" if args.quick else "full"][kind]
     t_pilot = time.perf_counter()
-    per_step = seconds_per_step(method, step, model, reference_point(model, ref), args.cap / 5)
+    per_step, first = seconds_per_step(method, step, model, reference_point(model, ref),
+                                       args.cap / 5)
     t_pilot = time.perf_counter() - t_pilot
+    if method != "Metropolis":  # (a copy) -- ours compile lazily during the warm-up
+        setup += first
     est = CHAINS * (tune + draws) * per_step
     status = "ok"
     if est > args.cap:
@@ -322,6 +344,9 @@ def main(argv=None):
                     help="start every chain at the MAP (default) or at PyMC's initial point")
     ap.add_argument("--methods", default=",".join(METHODS),
                     help="comma-separated subset of " + ",".join(METHODS))
+    ap.add_argument("--adapt-cov", action="store_true",
+                    help="AustereMH and BarkerMinibatch with proposal_kwargs="
+                         "{'adapt_covariance': True} (adaptive full-covariance random walk)")
     ap.add_argument("--seed", type=int, default=2024)
     ap.add_argument("--out", default=str(HERE / "output"))
     args = ap.parse_args(argv)
@@ -338,9 +363,11 @@ def main(argv=None):
     import pymc_subsample as pms
 
     print(f"pymc {pm.__version__}, pymc_subsample {pms.__version__}; cap {args.cap:.0f} s per "
-          f"method, {CHAINS} chains on 1 core, init={args.init}", flush=True)
+          f"method, {CHAINS} chains on 1 core, init={args.init}"
+          f"{', adaptive covariance' if args.adapt_cov else ''}", flush=True)
     os.makedirs(args.out, exist_ok=True)
-    tag = args.model + ("-quick" if args.quick else "") + ("-cold" if args.init == "default" else "")
+    tag = (args.model + ("-quick" if args.quick else "") + ("-cold" if args.init == "default" else "")
+           + ("-adaptcov" if args.adapt_cov else ""))
     rows = []
     t_all = time.perf_counter()
     for name in names:
@@ -373,7 +400,8 @@ def main(argv=None):
     md.write_text(
         f"# compare.py {args.model}{' --quick' if args.quick else ''}\n\n"
         f"pymc {pm.__version__}; cap {args.cap:.0f} s per method; {CHAINS} chains, 1 core; "
-        f"init={args.init}; total {time.perf_counter() - t_all:.0f} s\n\n{table}\n"
+        f"init={args.init}{'; adaptive covariance' if args.adapt_cov else ''}; "
+        f"total {time.perf_counter() - t_all:.0f} s\n\n{table}\n"
     )
     with open(Path(args.out) / f"compare-{tag}.csv", "w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=COLUMNS, extrasaction="ignore")

@@ -30,7 +30,6 @@ import pytensor.tensor as pt
 import pytest
 from pymc.blocking import DictToArrayBijection, RaveledVars
 from pymc.pytensorf import make_shared_replacements
-from pytensor.compile.function.types import Function
 from pytensor.compile.sharedvalue import SharedVariable
 from pytensor.graph.basic import Constant
 
@@ -42,7 +41,11 @@ FD_STEP = 1e-6
 FD_RTOL = 1e-5
 
 
-TEST_TIME_GUARD = 240  # seconds; turns a pathological PyTensor compile into a failure
+TEST_TIME_GUARD = 150  # seconds; turns a pathological PyTensor compile into a failure
+
+
+class _TestHung(BaseException):
+    """Not an ``Exception``, so library code that catches ``Exception`` cannot swallow it."""
 
 
 @pytest.fixture(autouse=True)
@@ -54,10 +57,11 @@ def _hang_guard():
         return
 
     def _raise(signum, frame):
-        raise TimeoutError(f"test still running after {TEST_TIME_GUARD} s (hung compile?)")
+        raise _TestHung(f"test still running after {TEST_TIME_GUARD} s (hung compile?)")
 
     old = signal.signal(signal.SIGALRM, _raise)
-    signal.setitimer(signal.ITIMER_REAL, TEST_TIME_GUARD)
+    # repeats: PyTensor's graph rewriters swallow exceptions raised inside a rewrite
+    signal.setitimer(signal.ITIMER_REAL, TEST_TIME_GUARD, 2.0)
     try:
         yield
     finally:
@@ -704,7 +708,7 @@ def test_compiled_functions_hold_no_full_size_data(big):
     fns = []
     for attr in vars(eng).values():  # compiled functions, directly or in a cache dict
         items = attr.values() if isinstance(attr, dict) else [attr]
-        fns += [f for f in items if isinstance(f, Function)]
+        fns += [f for f in items if hasattr(getattr(f, "maker", None), "fgraph")]
     assert len(fns) >= 5
     for f in fns:
         for var in f.maker.fgraph.variables:

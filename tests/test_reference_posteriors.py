@@ -10,7 +10,7 @@ sd must match the reference within
 
     K * sqrt(mcse_sampler^2 + mcse_reference^2) + bias allowance * reference sd
 
-with ``K = 5`` and the Monte Carlo standard errors estimated from the draws (multi-chain
+with ``K = 4`` and the Monte Carlo standard errors estimated from the draws (multi-chain
 ESS of Vehtari et al. 2021; the sd's error by the delta method), and at least
 ``MIN_ESS`` effective draws so that the error estimate means something.
 
@@ -31,34 +31,34 @@ rows (AustereMH reads all N <= 500 rows at once, i.e. is exact MH on sblrc-blr a
 kidiq; BarkerMinibatch reads > 98% of the rows on all four).
 
 Measured bias (long runs: 8 chains x 20,000 draws after 3,000 tuning steps, MAP start,
-adaptive covariance, PyMC 5.28; ``(sampler - reference) / reference sd``, with the
-combined Monte Carlo standard error of the difference in brackets; worst component):
+adaptive covariance, PyMC 5.28, package as of the tuned-scale cap ``max_scale_factor=2``;
+``(sampler - reference) / reference sd``, with the combined Monte Carlo standard error of
+the difference in brackets; the worst component for the mean and for the sd):
 
     =========== =============== ========= ==================== ====================
     posterior   method          rows/step worst mean error       worst sd error
     =========== =============== ========= ==================== ====================
-    sblrc-blr   AustereMH *       100/100 -0.014 (0.015) beta[2] +0.012 (0.011) sigma
-    sblrc-blr   BarkerMinibatch   100/100 -0.028 (0.017) beta[2] +0.009 (0.011) beta[1]
-    kidiq       AustereMH *       434/434 +0.027 (0.013) beta[1] -0.006 (0.009) beta[0]
-    kidiq       BarkerMinibatch   433/434 +0.015 (0.014) beta[1] -0.011 (0.009) beta[0]
-    earnings    AustereMH        884/1192 -0.062 (0.014) sigma   +0.053 (0.010) sigma
-    earnings    BarkerMinibatch 1182/1192 -0.015 (0.015) sigma   -0.028 (0.009) beta[0]
-    nes1980     AustereMH         592/701 +0.028 (0.019) sigma   +0.032 (0.011) beta[8]
-    nes1980     BarkerMinibatch   700/701 +0.029 (0.020) beta[4] -0.026 (0.012) beta[2]
+    sblrc-blr   AustereMH *       100/100 +0.030 (0.015) beta[0] +0.010 (0.011) sigma
+    sblrc-blr   BarkerMinibatch   100/100 +0.023 (0.019) sigma   +0.015 (0.012) sigma
+    kidiq       AustereMH *       434/434 +0.027 (0.013) beta[1] -0.010 (0.009) beta[0]
+    kidiq       BarkerMinibatch   433/434 +0.018 (0.014) beta[1] -0.016 (0.009) beta[0]
+    earnings    AustereMH        888/1192 -0.050 (0.014) sigma   +0.041 (0.010) sigma
+    earnings    BarkerMinibatch 1182/1192 -0.018 (0.015) beta[0] -0.019 (0.009) beta[1]
+    nes1980     AustereMH         593/701 -0.037 (0.017) beta[6] +0.020 (0.010) beta[3]
+    nes1980     BarkerMinibatch   700/701 +0.028 (0.021) sigma   -0.019 (0.012) beta[6]
     =========== =============== ========= ==================== ====================
 
     (* exact MH here: the first batch of 500 rows is all the data.)
 
-Only AustereMH on earnings shows a clearly resolved bias: sigma's mean 0.06 sd too low
-and every sd about 4-5% too large (z = 4-5.5), the direction expected from accepting
-with a sequential test at epsilon = 0.05; on nes1980 the sds are up to 3% too large
-(z <= 3). BarkerMinibatch's sds come out 2-3% too small on earnings and nes1980
-(z <= 3.1); its means are within the Monte Carlo error everywhere. Everything else is
-within about 2 standard errors of zero.
+Only AustereMH on earnings shows a clearly resolved bias: sigma's mean 0.05 sd too low
+and every sd 3-4% too large (z = 3.3-4.2), the direction expected from accepting with a
+sequential test at epsilon = 0.05 (an earlier run without the scale cap gave -0.06 and
++4-5%). BarkerMinibatch's sds on earnings come out 2% too small (z = 2.1). Everything
+else is within about 2 standard errors of zero.
 
 The allowances ``BIAS_MEAN`` / ``BIAS_SD`` below are about twice the largest measured
 bias (AustereMH 0.10 sd, BarkerMinibatch 0.06 sd, for means and sds alike); the
-``K * MCSE`` term (0.2-0.4 sd for runs of this length) comes on top.
+``K * MCSE`` term (0.15-0.35 sd for runs of this length) comes on top.
 
 ScalableMH is exact but its ``bounds="auto"`` needs a fixed likelihood scale: all four
 posteriors are Normal regressions with unknown ``sigma``, so the test asserts its clear
@@ -97,7 +97,7 @@ M = _load_models()
 
 POSTERIORS = list(M.POSTERIORDB.values())
 
-pytestmark = pytest.mark.skipif(
+requires_posteriordb = pytest.mark.skipif(
     not M.posteriordb_available(),
     reason=(
         f"posteriordb reference posteriors not found in {M.posteriordb_dir()} "
@@ -105,8 +105,8 @@ pytestmark = pytest.mark.skipif(
     ),
 )
 
-K = 5.0
-MIN_ESS = 150
+K = 4.0
+MIN_ESS = 100
 CHAINS = 2
 # allowances in units of the reference sd (see the module docstring for the measurements)
 BIAS_MEAN = {"AustereMH": 0.10, "BarkerMinibatch": 0.06}
@@ -120,7 +120,7 @@ RUNS = {
     ("earnings-logearn_height", "AustereMH"): (1500, 4000),
     ("earnings-logearn_height", "BarkerMinibatch"): (1500, 4000),
     ("nes1980-nes", "AustereMH"): (2000, 8000),
-    ("nes1980-nes", "BarkerMinibatch"): (3000, 12000),
+    ("nes1980-nes", "BarkerMinibatch"): (3000, 15000),
 }
 SEEDS = {"AustereMH": 101, "BarkerMinibatch": 202}
 
@@ -191,6 +191,7 @@ def _report(rows):
     return "\n".join([head] + body)
 
 
+@requires_posteriordb
 def test_reference_labels_match_models():
     """Every reference component is a component of the PyMC model (fast, no sampling)."""
     for folder in POSTERIORS:
@@ -206,6 +207,7 @@ def test_reference_labels_match_models():
         assert np.shape(model.rvs_to_values[obs].data)[0] == ref.n_rows == int(data["N"])
 
 
+@requires_posteriordb
 @pytest.mark.slow
 @pytest.mark.parametrize("method", ["AustereMH", "BarkerMinibatch"])
 @pytest.mark.parametrize("folder", POSTERIORS)
@@ -220,6 +222,7 @@ def test_matches_posteriordb_reference(folder, method):
     assert used.min() >= 0 and used.max() <= ref.n_rows
 
 
+@requires_posteriordb
 @pytest.mark.slow
 @pytest.mark.parametrize("folder", POSTERIORS)
 def test_scalable_mh_refuses_unknown_sigma(folder):
@@ -234,3 +237,28 @@ def test_scalable_mh_refuses_unknown_sigma(folder):
         with pytest.raises(ValueError, match=r"scale sigma .* depends on a free variable") as info:
             pms.ScalableMH(order=2, bounds="auto")
     assert "bounds=callable" in str(info.value)
+
+
+def test_benchmark_numpy_densities_match_pymc_models():
+    """The importance-sampling references of ``benchmarks/models.py`` weight by NumPy log
+    posteriors written independently of PyMC: they must equal the PyMC models' log
+    densities (value space, with Jacobians) up to one constant (fast, small N)."""
+    rng = np.random.default_rng(0)
+    cases = []
+    model, X, y = M.logistic_model(2000)
+    cases.append((model, M._GLMTarget(X, y, "logistic", 1.0), lambda b: {"beta": b}))
+    model, X, y = M.robust_model(2000)
+    target = M._GLMTarget(X, y, "student_t", M.ROBUST["prior_sd"], nu=M.ROBUST["nu"],
+                          sigma=M.ROBUST["sigma"])
+    cases.append((model, target, lambda b: {"beta": b}))
+    model, g, X, y = M.hierarchical_model(n=2000, groups=M.HIER["groups"], k=M.HIER["k"])
+    target = M._HierTarget(g, X, y, M.HIER["groups"])
+    G = M.HIER["groups"]
+    cases.append((model, target, lambda t: {"mu_alpha": t[0], "sigma_alpha_log__": t[1],
+                                            "alpha": t[2 : 2 + G], "beta": t[2 + G :]}))
+    for model, target, to_point in cases:
+        logp = model.compile_logp()
+        d = len(target.labels()) if hasattr(target, "labels") else target.X.shape[1]
+        thetas = rng.normal(0.0, 0.5, (4, d))
+        diff = [logp(to_point(t)) - target.logp_many(t[None])[0] for t in thetas]
+        np.testing.assert_allclose(diff, diff[0], rtol=0, atol=1e-6 * max(1.0, abs(diff[0])))

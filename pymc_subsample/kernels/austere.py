@@ -291,7 +291,7 @@ def austere_test(
         # Chan et al. pairwise update of mean and sum of squared deviations.
         bmean = bsum / nb
         dev = lvals - bmean
-        bm2 = float(dev @ dev)
+        bm2 = float(np.sum(dev * dev))
         tot = n + nb
         d = bmean - mean
         mean += d * nb / tot
@@ -394,7 +394,7 @@ def clt_check(
     tie = counts.max() / n
     mean = lv.mean()
     dev = lv - mean
-    var = float(dev @ dev) / n
+    var = float(np.sum(dev * dev)) / n
     if var <= 0.0 or not np.isfinite(var):
         problems.append(
             "all l_i in the batch are equal (zero spread): the t-test decides from s = 0; "

@@ -40,8 +40,8 @@ class BarkerMinibatch(SubsampleStep):
     temperature : float, default 1.0
         ``T``: the step targets ``p(theta) prod_i p(x_i | theta)^(1/T)`` (Sec 6.1).
     proposal, scaling, tune, model
-        As in :class:`~pymc_subsample.AustereMH`. Barker's acceptance is at most MH's,
-        so the random walk is tuned to a lower acceptance rate target by the same rule.
+        As in :class:`~pymc_subsample.AustereMH` (random walk tuned towards an acceptance
+        rate of 0.234, its scale capped at twice the start).
     error : {"acceptance", "lemma3"}, default "acceptance"
         Which CLT error estimate ``delta`` bounds.
 
