@@ -366,7 +366,8 @@ def main(argv=None):
           f"method, {CHAINS} chains on 1 core, init={args.init}"
           f"{', adaptive covariance' if args.adapt_cov else ''}", flush=True)
     os.makedirs(args.out, exist_ok=True)
-    tag = (args.model + ("-quick" if args.quick else "") + ("-cold" if args.init == "default" else "")
+    tag = (args.model + ("-quick" if args.quick else "")
+           + ("-cold" if args.init == "default" else "")
            + ("-adaptcov" if args.adapt_cov else ""))
     rows = []
     t_all = time.perf_counter()

@@ -546,7 +546,8 @@ class _HierTarget:
         out = self._prior(B)
         a, b = B[:, 2 : 2 + self.G], B[:, 2 + self.G :]
         for s in range(0, len(self.y), self.chunk):
-            gc, Xc, yc = self.g[s : s + self.chunk], self.X[s : s + self.chunk], self.y[s : s + self.chunk]
+            sl = slice(s, s + self.chunk)
+            gc, Xc, yc = self.g[sl], self.X[sl], self.y[sl]
             eta = a[:, gc].T + Xc @ b.T  # (rows, K)
             out += (yc[:, None] * eta - np.logaddexp(0.0, eta)).sum(axis=0)
         return out
@@ -614,8 +615,9 @@ def laplace_is_reference(target, labels, n_rows, *, n_draws=4000, df=10.0,
                          seed=0, block=250):
     """Reference from self-normalised importance sampling with a multivariate-t proposal
     (``df`` degrees of freedom) centred at the posterior mode with the inverse Hessian as
-    scale, in the target's unconstrained coordinates (moments of the constrained values). Exact up to Monte Carlo error (reported): the weights use the log posterior
-    itself. Raises if the Pareto ``k`` of the weights is above 0.5 (unreliable)."""
+    scale, in the target's unconstrained coordinates (moments of the constrained values).
+    Exact up to Monte Carlo error (reported): the weights use the log posterior itself.
+    Raises if the Pareto ``k`` of the weights is above 0.5 (unreliable)."""
     import scipy.stats
 
     mode, cov = target.mode()
