@@ -56,23 +56,12 @@ from pathlib import Path
 
 import numpy as np
 
+from pymc_subsample.datasets import make_logistic
+
 D = 10
 EPSILONS = (0.0, 0.01, 0.05, 0.1, 0.2)
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
-
-
-def make_data(n, seed=0, chunk=10**6):
-    """Synthetic logistic-regression data, generated in chunks (no N-sized temporaries)."""
-    rng = np.random.default_rng(seed)
-    beta = rng.normal(0, 0.5, D)
-    X = np.empty((n, D))
-    y = np.empty(n, dtype=np.int64)
-    for s in range(0, n, chunk):
-        e = min(s + chunk, n)
-        X[s:e] = rng.standard_normal((e - s, D))
-        y[s:e] = rng.random(e - s) < 1 / (1 + np.exp(-X[s:e] @ beta))
-    return X, y
 
 
 def laplace(X, y, prior_sd=1.0, chunk=200_000, tol=1e-10):
@@ -176,7 +165,7 @@ def main():
 
     import pymc_subsample as pms
 
-    X, y = make_data(n, seed=args.seed)
+    X, y, _ = make_logistic(n, D, seed=args.seed)
     ref, cov = laplace(X, y)
     ref_sd = np.sqrt(np.diag(cov))
     start = np.random.default_rng(args.seed + 1).multivariate_normal(ref, cov)

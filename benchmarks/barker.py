@@ -27,10 +27,6 @@ Two experiments of the paper, on synthetic data, in one run:
    density; log-log histograms of the batch sizes, both readings) and
    ``barker_logistic_batch_sizes.png`` (Fig. 4 analogue).
 
-With PyMC 6 (PyTensor 3) the likelihood engine currently refuses the NormalMixture model
-(its ``LogSumExp`` is an ``OpFromGraph`` that pins the static row count); experiment 2 is
-then skipped with the engine's message.
-
 AustereMH has no temperature argument; the benchmark tempers it exactly by dividing its
 ``l_i`` by ``K`` (:class:`TemperedAustereMH`), which is what BarkerMinibatch's
 ``temperature`` does to its own terms.
@@ -455,7 +451,7 @@ def main(argv=None):
     figures = [plot_logistic(logistic, args.quick)]
     try:
         mixture = experiment_mixture(args.quick, args.seed)
-    except ModelNotSupportedError as err:  # the engine refuses the mixture (PyMC 6 today)
+    except ModelNotSupportedError as err:  # defensive: an engine that refuses the mixture
         print(f"\n[2] Sec 6.1 Gaussian mixture: SKIPPED, the likelihood engine refuses the "
               f"NormalMixture model with pymc {pymc.__version__}:\n    {err}")
     else:

@@ -21,21 +21,10 @@ import time
 
 import numpy as np
 
+from pymc_subsample.datasets import make_logistic
+
 D = 10
 ROWS = 100
-
-
-def make_data(n, seed=0, chunk=10**6):
-    """Synthetic logistic-regression data, generated in chunks (no N-sized temporaries)."""
-    rng = np.random.default_rng(seed)
-    beta = rng.normal(0, 0.5, D)
-    X = np.empty((n, D))
-    y = np.empty(n, dtype=np.int64)
-    for s in range(0, n, chunk):
-        e = min(s + chunk, n)
-        X[s:e] = rng.standard_normal((e - s, D))
-        y[s:e] = rng.random(e - s) < 1 / (1 + np.exp(-X[s:e] @ beta))
-    return X, y
 
 
 def build(X, y):
@@ -65,7 +54,7 @@ def best_time(fn, repeat=7, number=None):
 
 
 def time_batch(n, seed=0):
-    X, y = make_data(n, seed)
+    X, y, _ = make_logistic(n, D, seed=seed)
     _, eng = build(X, y)
     rng = np.random.default_rng(1)
     q = rng.normal(0, 0.1, eng.ndim)
@@ -100,7 +89,7 @@ def memory_child(n):
     import pymc  # noqa: F401  (imports before the baseline)
 
     base = peak_rss_bytes()
-    X, y = make_data(n)
+    X, y, _ = make_logistic(n, D)
     data_bytes = X.nbytes + y.nbytes
     _, eng = build(X, y)
     rng = np.random.default_rng(2)

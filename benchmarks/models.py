@@ -342,18 +342,12 @@ def _build_posteriordb(folder):
 # ---------------------------------------------------------------------------------------
 
 
-def logistic_data(n, d=D_LOGISTIC, seed=0, chunk=10**6):
-    """Synthetic logistic-regression rows ``(X, y, beta_true)``, generated in chunks of
-    ``chunk`` rows (no N-sized temporaries beyond ``X`` and ``y``)."""
-    rng = np.random.default_rng(seed)
-    beta = rng.normal(0.0, 0.5, d)
-    X = np.empty((n, d))
-    y = np.empty(n, dtype=np.int64)
-    for s in range(0, n, chunk):
-        e = min(s + chunk, n)
-        X[s:e] = rng.standard_normal((e - s, d))
-        y[s:e] = rng.random(e - s) < 1.0 / (1.0 + np.exp(-(X[s:e] @ beta)))
-    return X, y, beta
+def logistic_data(n, d=D_LOGISTIC, seed=0):
+    """Synthetic logistic-regression rows ``(X, y, beta_true)``
+    (:func:`pymc_subsample.datasets.make_logistic`)."""
+    from pymc_subsample.datasets import make_logistic
+
+    return make_logistic(n, d, seed=seed)
 
 
 def logistic_model(n, seed=0):

@@ -41,26 +41,14 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
 
 import numpy as np  # noqa: E402
 
+from pymc_subsample.datasets import make_logistic  # noqa: E402
+
 D = 10
 CHUNK = 1 << 16
 OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "output")
 
 
 # ---------------------------------------------------------------------- data and model
-
-
-def make_data(n, seed=0):
-    """Logistic-regression data in chunks of 2^16 rows, each from its own seeded stream."""
-    beta = np.random.default_rng([seed, 0]).normal(0.0, 0.5, D)
-    X = np.empty((n, D))
-    y = np.empty(n, dtype=np.int64)
-    for c, s in enumerate(range(0, n, CHUNK)):
-        e = min(s + CHUNK, n)
-        rng = np.random.default_rng([seed, 1, c])
-        X[s:e, 0] = 1.0
-        X[s:e, 1:] = rng.standard_normal((e - s, D - 1))
-        y[s:e] = rng.random(e - s) < 1.0 / (1.0 + np.exp(-(X[s:e] @ beta)))
-    return X, y
 
 
 def build_model(X, y):
@@ -254,7 +242,7 @@ def main():
     print(f"pymc {pm.__version__}, python {sys.version.split()[0]}; d = {D}; "
           f"N = 2^{logn_fig1[0]} ... 2^{logn_fig1[-1]}" + (" (quick)" if args.quick else ""))
     with Timer() as t_data:
-        X_all, y_all = make_data(n_max)
+        X_all, y_all, _ = make_logistic(n_max, D, intercept=True)
     print(f"data: {n_max} rows generated in {t_data.wall:.1f} s\n", flush=True)
 
     hdr = (f"{'N':>9} | {'rows/step SMH-1':>15} {'SMH-2':>8} {'MH':>9} | "

@@ -20,21 +20,10 @@ from pathlib import Path
 
 import numpy as np
 
+from pymc_subsample.datasets import make_logistic
+
 HERE = Path(__file__).resolve().parent
 D = 10
-
-
-def make_data(n, seed=0, chunk=10**6):
-    """Synthetic logistic-regression rows, generated in chunks (no N-sized temporaries)."""
-    rng = np.random.default_rng(seed)
-    beta = rng.normal(0, 0.5, D)
-    X = np.empty((n, D))
-    y = np.empty(n, dtype=np.int64)
-    for s in range(0, n, chunk):
-        e = min(s + chunk, n)
-        X[s:e] = rng.standard_normal((e - s, D))
-        y[s:e] = rng.random(e - s) < 1 / (1 + np.exp(-X[s:e] @ beta))
-    return X, y, beta
 
 
 def build_model(X, y):
@@ -122,7 +111,7 @@ def main():
     t_start = time.perf_counter()
     print(f"pymc {pm.__version__}, pymc_subsample {pms.__version__}: logistic regression, "
           f"N = {args.rows:,} rows, {D} coefficients", flush=True)
-    X, y, _ = make_data(args.rows)
+    X, y, _ = make_logistic(args.rows, D)
     model = build_model(X, y)
     chains, cores = 2, 2
 

@@ -19,6 +19,7 @@ _LAZY = {
     "BarkerMinibatch": "pymc_subsample.steps.barker",
     "ScalableMH": "pymc_subsample.steps.scalable",
     "design_austerity_test": "pymc_subsample.design",
+    "datasets": "pymc_subsample.datasets",
     "diagnostics": "pymc_subsample.diagnostics",
     "proposals": "pymc_subsample.proposals",
 }

@@ -25,6 +25,7 @@ import pytensor.gradient
 import pytensor.graph.replace
 from pytensor.graph.replace import vectorize_graph
 import pytensor.tensor as pt
+from pytensor.compile.builders import OpFromGraph
 from pytensor.compile.sharedvalue import SharedVariable
 from pytensor.graph.basic import Apply, Constant, Variable
 from pytensor.tensor.basic import Alloc, get_underlying_scalar_constant_value
@@ -55,7 +56,9 @@ def _rows_jacobian(f, q):
     indexing ops such as a group index).
     """
     v = q.type("direction")
-    df = pytensor.gradient.Rop(f, q, v)  # same shape as f
+    # PyTensor 3 renamed Rop to pushforward (Rop warns); both default to the double-pullback
+    push = getattr(pytensor.gradient, "pushforward", None) or pytensor.gradient.Rop
+    df = push(f, q, v)  # same shape as f
     jac = vectorize_graph(df, {v: pt.eye(q.shape[0], dtype=q.dtype)})  # (d, n, ...)
     return pt.moveaxis(jac, 0, -1)
 
@@ -384,21 +387,35 @@ class LikelihoodEngine:
         assertions (tied to the old ``N``) are dropped; every other node is rebuilt with
         ``make_node`` so static shapes are inferred again.
         """
+        return self._rebuild(list(outputs), self._mapping)
+
+    def _rebuild(self, outputs, mapping, *, rebuild_all=False):
+        """The loop of :meth:`to_batch` over the graph of ``outputs``, extending ``mapping``.
+
+        ``OpFromGraph`` nodes whose inputs change (e.g. PyTensor 3's ``logsumexp``, used by
+        mixture likelihoods) are inlined: their inner graph is rebuilt with the same rules,
+        since their ``make_node`` may pin the old static shape.
+        """
         n = self.n_rows
         n_batch = self.rows[0].batch_input.shape[0]
-        mapping = self._mapping
         for node in io_toposort(list(graph_inputs(outputs)), outputs):
             if node.outputs[0] in mapping:
                 continue
             new_inputs = [mapping.get(i, i) for i in node.inputs]
+            if not rebuild_all and all(a is b for a, b in zip(new_inputs, node.inputs)):
+                continue
             if isinstance(node.op, SpecifyShape):
                 mapping[node.outputs[0]] = new_inputs[0]
+                continue
+            if isinstance(node.op, OpFromGraph):
+                inner = dict(zip(node.op.inner_inputs, new_inputs))
+                # every inner node is rebuilt (PyTensor 3 freezes inner graphs)
+                new_outputs = self._rebuild(list(node.op.inner_outputs), inner, rebuild_all=True)
+                mapping.update(zip(node.outputs, new_outputs))
                 continue
             if isinstance(node.op, Alloc) and len(new_inputs) > 1:
                 if n > 1 and _constant_int(node.inputs[1]) == n:
                     new_inputs[1] = pt.cast(n_batch, node.inputs[1].type.dtype)
-            if all(a is b for a, b in zip(new_inputs, node.inputs)):
-                continue
             new_node: Apply = node.op.make_node(*new_inputs)
             for old, new in zip(node.outputs, new_node.outputs):
                 mapping[old] = new

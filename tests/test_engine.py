@@ -197,6 +197,17 @@ def zoo_gamma_log(rng):
     return {"model": model}
 
 
+def zoo_normal_mixture(rng):
+    """A mixture likelihood: PyTensor 3 computes its logsumexp in an OpFromGraph whose inner
+    graph pins the row count (the engine inlines it)."""
+    y = np.r_[rng.normal(-1.0, 1.0, N_ZOO // 2), rng.normal(2.0, 1.0, N_ZOO - N_ZOO // 2)]
+    with pm.Model() as model:
+        mu = pm.Normal("mu", 0, 3, shape=2)
+        sigma = pm.HalfNormal("sigma", 2)
+        pm.NormalMixture("y", w=[0.4, 0.6], mu=mu, sigma=sigma, observed=y)
+    return {"model": model}
+
+
 def zoo_subset(rng):
     """Step over ``b`` only; ``a`` and ``sigma`` enter through shared variables, which are
     set to values away from the initial point (so a stale initial value would show)."""
@@ -247,6 +258,7 @@ ZOO = {
     "mvnormal_rows": zoo_mvnormal_rows,
     "bounded": zoo_bounded,
     "gamma_log": zoo_gamma_log,
+    "normal_mixture": zoo_normal_mixture,
     "subset": zoo_subset,
     "data_mean_folded": zoo_data_mean_folded,
 }
