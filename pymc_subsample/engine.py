@@ -574,10 +574,15 @@ class LikelihoodEngine:
 
     def loglik(self, q, rows) -> np.ndarray:
         """Per-row log-likelihood terms (summed over all observed variables) of ``rows``."""
-        return self._fn("ll")(np.asarray(q, dtype=np.float64), *self.gather(self._as_rows(rows)))
+        rows = self._as_rows(rows)
+        if rows.size == 0:  # some C ops (e.g. softmax in a mixture) fail on empty input
+            return np.zeros(0)
+        return self._fn("ll")(np.asarray(q, dtype=np.float64), *self.gather(rows))
 
     def loglik_pair(self, q, q_prop, rows) -> np.ndarray:
         """Per-row log-likelihood at two points on the same rows, in one call: (2, len(rows))."""
+        if np.size(rows) == 0:
+            return np.zeros((2, 0))
         return self._fn("ll_pair")(
             np.asarray(q, dtype=np.float64),
             np.asarray(q_prop, dtype=np.float64),
@@ -586,6 +591,8 @@ class LikelihoodEngine:
 
     def loglik_diff(self, q, q_prop, rows) -> np.ndarray:
         """``l_i = log p(x_i | q_prop) - log p(x_i | q)`` for ``rows``, in one call."""
+        if np.size(rows) == 0:
+            return np.zeros(0)
         return self._fn("ll_diff")(
             np.asarray(q, dtype=np.float64),
             np.asarray(q_prop, dtype=np.float64),
@@ -594,6 +601,8 @@ class LikelihoodEngine:
 
     def loglik_sum_grad(self, q, rows):
         """Sum of the rows' log-likelihood and its gradient with respect to ``q``."""
+        if np.size(rows) == 0:
+            return 0.0, np.zeros(self.ndim)
         v, g = self._fn("ll_sum_grad")(
             np.asarray(q, dtype=np.float64), *self.gather(self._as_rows(rows))
         )

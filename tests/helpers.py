@@ -71,3 +71,21 @@ def mcse_sd(x):
     sq = (x - x.mean()) ** 2
     sd = float(np.sqrt(sq.mean()))
     return float(sq.std() / np.sqrt(ess(sq)) / (2.0 * sd))
+
+
+def run_sample(model, step, *, draws, tune, chains, seed, cores=1, **kw):
+    """``pm.sample`` as the step tests call it: no progress bar, no convergence checks."""
+    import pymc as pm
+
+    with model:
+        return pm.sample(
+            draws=draws,
+            tune=tune,
+            step=step,
+            chains=chains,
+            cores=cores,
+            random_seed=seed,
+            progressbar=False,
+            compute_convergence_checks=False,
+            **kw,
+        )

@@ -45,7 +45,7 @@ import pymc_subsample as pms
 import pymc_subsample.steps.austere as austere_module
 from pymc_subsample.steps.austere import AustereMH
 
-from helpers import ess, mcse_mean, mcse_sd, posterior, sample_stats
+from helpers import ess, mcse_mean, mcse_sd, posterior, run_sample, sample_stats
 
 Z_TOL = 4.5
 SEED = 20140621
@@ -60,18 +60,8 @@ IGNORE_CLT = pytest.mark.filterwarnings("ignore:AustereMH")
 
 
 def _sample(model, step, *, draws, tune, chains=1, cores=1, seed=SEED, **kw):
-    with model:
-        return pm.sample(
-            draws=draws,
-            tune=tune,
-            step=step,
-            chains=chains,
-            cores=cores,
-            random_seed=seed,
-            progressbar=False,
-            compute_convergence_checks=False,
-            **kw,
-        )
+    return run_sample(model, step, draws=draws, tune=tune, chains=chains, cores=cores,
+                      seed=seed, **kw)
 
 
 def _draws(idata, name):

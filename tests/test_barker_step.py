@@ -34,7 +34,7 @@ import pytest
 import pymc_subsample as pms
 from pymc_subsample.kernels.barker_correction import default_correction
 
-from helpers import ess, mcse_mean, mcse_sd, posterior, sample_stats
+from helpers import ess, mcse_mean, mcse_sd, posterior, run_sample, sample_stats
 
 Z_TOL = 4.5
 SEED = 20170811
@@ -58,18 +58,8 @@ STAT_DTYPES = {
 
 
 def _sample(model, step, *, draws, tune, chains=2, cores=1, seed=SEED, **kw):
-    with model:
-        return pm.sample(
-            draws=draws,
-            tune=tune,
-            step=step,
-            chains=chains,
-            cores=cores,
-            random_seed=seed,
-            progressbar=False,
-            compute_convergence_checks=False,
-            **kw,
-        )
+    return run_sample(model, step, draws=draws, tune=tune, chains=chains, cores=cores,
+                      seed=seed, **kw)
 
 
 def _values(idata, name, group="posterior"):

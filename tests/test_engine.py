@@ -23,7 +23,6 @@ import warnings
 
 import numpy as np
 import pymc as pm
-import pytensor
 import pytensor.tensor as pt
 import pytest
 from pymc.blocking import DictToArrayBijection, RaveledVars

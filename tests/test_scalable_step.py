@@ -33,7 +33,7 @@ from scipy import stats
 import pymc_subsample as pms
 from pymc_subsample.kernels.thinning import BoundViolationError, taylor_phi
 
-from helpers import posterior, sample_stats
+from helpers import posterior, run_sample, sample_stats
 
 Z_TOL = 4.5
 N_LOGIT = 10_000
@@ -63,18 +63,8 @@ def _start(step):
 def _sample(model, step, *, draws, tune, chains=2, cores=1, seed=SEED, start=None, **kw):
     if start is not None:
         kw["initvals"] = _start(start)
-    with model:
-        return pm.sample(
-            draws=draws,
-            tune=tune,
-            step=step,
-            chains=chains,
-            cores=cores,
-            random_seed=seed,
-            progressbar=False,
-            compute_convergence_checks=False,
-            **kw,
-        )
+    return run_sample(model, step, draws=draws, tune=tune, chains=chains, cores=cores,
+                      seed=seed, **kw)
 
 
 def _draws(idata, names):

@@ -5,16 +5,13 @@ from __future__ import annotations
 
 import numbers
 
-import numpy as np
-
 from ..kernels.austere import austere_test, clt_check
-from ..kernels.rows import RowSampler
-from .base import BASE_STATS, SubsampleStep, check_batch_size
+from .base import BASE_STATS, GrowingBatchStep
 
 __all__ = ["AustereMH"]
 
 
-class AustereMH(SubsampleStep):
+class AustereMH(GrowingBatchStep):
     """Approximate Metropolis-Hastings whose accept/reject is a sequential t-test.
 
     Each step draws a proposal, then decides ``mean(l_i) > mu_0`` (eq. 2-3 of Korattikara
@@ -82,14 +79,7 @@ class AustereMH(SubsampleStep):
         super().__init__(
             vars, proposal=proposal, scaling=scaling, tune=tune, model=model, **kwargs
         )
-        self.batch_size = check_batch_size(batch_size, "batch_size", self.n_rows)
-        self.batch_increment = check_batch_size(
-            batch_increment, "batch_increment", self.n_rows, allow_none=True
-        )
-
-    def _reset_chain(self):
-        super()._reset_chain()
-        self._sampler = RowSampler(self.n_rows, self.rng)
+        self._set_batches(batch_size, batch_increment)
 
     def _decide(self, q, q_prop, log_prior_ratio, log_qratio):
         res = austere_test(

@@ -9,13 +9,12 @@ import numbers
 
 from ..kernels.barker import barker_test
 from ..kernels.barker_correction import default_correction
-from ..kernels.rows import RowSampler
-from .base import BASE_STATS, SubsampleStep, check_batch_size
+from .base import BASE_STATS, GrowingBatchStep
 
 __all__ = ["BarkerMinibatch"]
 
 
-class BarkerMinibatch(SubsampleStep):
+class BarkerMinibatch(GrowingBatchStep):
     """Approximate MH with Barker's acceptance function, decided on small minibatches.
 
     Barker's test accepts iff ``Delta + X_log > 0`` with ``X_log`` standard logistic and
@@ -91,14 +90,7 @@ class BarkerMinibatch(SubsampleStep):
         super().__init__(
             vars, proposal=proposal, scaling=scaling, tune=tune, model=model, **kwargs
         )
-        self.batch_size = check_batch_size(batch_size, "batch_size", self.n_rows)
-        self.batch_increment = check_batch_size(
-            batch_increment, "batch_increment", self.n_rows, allow_none=True
-        )
-
-    def _reset_chain(self):
-        super()._reset_chain()
-        self._sampler = RowSampler(self.n_rows, self.rng)
+        self._set_batches(batch_size, batch_increment)
 
     def _decide(self, q, q_prop, log_prior_ratio, log_qratio):
         res = barker_test(

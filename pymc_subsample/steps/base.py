@@ -25,9 +25,10 @@ from pymc.step_methods.compound import Competence
 from pymc.util import get_random_generator, get_value_vars_from_user_vars
 
 from ..engine import LikelihoodEngine
+from ..kernels.rows import RowSampler
 from ..proposals import Langevin, as_proposal
 
-__all__ = ["SubsampleStep", "check_batch_size"]
+__all__ = ["SubsampleStep", "GrowingBatchStep", "check_batch_size"]
 
 BASE_STATS = {
     "accepted": (bool, []),
@@ -265,3 +266,21 @@ class SubsampleStep(ArrayStepShared):
             return eng.loglik_diff(q, q_prop, rows)
 
         return loglik_diff
+
+
+class GrowingBatchStep(SubsampleStep):
+    """Base of the steps that decide on a minibatch grown until a test is confident
+    (AustereMH, BarkerMinibatch): validated ``batch_size`` / ``batch_increment`` and a
+    without-replacement :class:`~pymc_subsample.kernels.rows.RowSampler` per chain."""
+
+    def _set_batches(self, batch_size, batch_increment):
+        """Validate and store the batch sizes (``batch_increment=None``: same as
+        ``batch_size``, resolved by the kernels); call after ``SubsampleStep.__init__``."""
+        self.batch_size = check_batch_size(batch_size, "batch_size", self.n_rows)
+        self.batch_increment = check_batch_size(
+            batch_increment, "batch_increment", self.n_rows, allow_none=True
+        )
+
+    def _reset_chain(self):
+        super()._reset_chain()
+        self._sampler = RowSampler(self.n_rows, self.rng)
