@@ -47,6 +47,7 @@ import difflib
 import inspect
 import math
 import warnings
+from abc import ABC, abstractmethod
 from typing import Any, Callable
 
 import numpy as np
@@ -235,7 +236,7 @@ class _RobbinsMonro:
 # ---------------------------------------------------------------------------------------
 
 
-class Proposal:
+class Proposal(ABC):
     """Base class of the built-in proposals.
 
     Subclasses implement ``_setup`` (read the step's information once), ``_reset_state``
@@ -338,29 +339,33 @@ class Proposal:
         self.tuning = False
 
     @property
+    @abstractmethod
     def scaling(self) -> float:
         """Scalar summary of the current proposal size (class-specific, see the class)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def draw(self, q: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, float]:
         """Propose ``q_new`` from ``q``; return ``(q_new, log_ratio)``.
 
         ``log_ratio = log q(q | q_new) - log q(q_new | q)``.
         """
-        raise NotImplementedError
 
-    # -- internals ----------------------------------------------------------------------
-    def _setup(self, ndim, *, scaling, grad_fn, n_total, mode, cov) -> None:  # pragma: no cover
-        raise NotImplementedError
+    # -- internals: what each subclass supplies to the lifecycle above -----------------
+    @abstractmethod
+    def _setup(self, ndim, *, scaling, grad_fn, n_total, mode, cov) -> None:
+        """Read the step's information once (called by :meth:`setup`)."""
 
-    def _reset_state(self) -> None:  # pragma: no cover
-        raise NotImplementedError
+    @abstractmethod
+    def _reset_state(self) -> None:
+        """Re-create all mutable state (called by :meth:`reset`)."""
 
-    def _tune(self, accepted, q) -> None:  # pragma: no cover
-        raise NotImplementedError
+    @abstractmethod
+    def _tune(self, accepted, q) -> None:
+        """Adapt after one tuning step (called by :meth:`tune` while tuning)."""
 
-    def _finish_tuning(self) -> None:  # pragma: no cover
-        raise NotImplementedError
+    @abstractmethod
+    def _finish_tuning(self) -> None:
+        """Freeze the tuned parameters (called by :meth:`stop_tuning`)."""
 
     def _require_setup(self) -> None:
         if self.ndim is None:
@@ -1102,9 +1107,10 @@ class UserProposal(Proposal):
         h = getattr(self.obj, name, None)
         return h if callable(h) else None
 
-    def setup(self, ndim, *, scaling=None, grad_fn=None, n_total=None, mode=None, cov=None):
-        """Record ``ndim``; forward to ``obj.setup`` with the keywords it accepts."""
-        ndim = _check_ndim(ndim)
+    # the lifecycle (setup, reset, tune, stop_tuning) is the base class's; its hooks
+    # forward to the user's object
+    def _setup(self, ndim, *, scaling, grad_fn, n_total, mode, cov):
+        """Forward to ``obj.setup`` with the keywords it accepts."""
         hook = self._hook("setup")
         if hook is not None:
             kwargs = dict(scaling=scaling, grad_fn=grad_fn, n_total=n_total, mode=mode, cov=cov)
@@ -1112,23 +1118,16 @@ class UserProposal(Proposal):
             if not var_kw:
                 kwargs = {k: v for k, v in kwargs.items() if k in names}
             hook(ndim, **kwargs)
-        self.ndim = ndim
-        self._shape = (ndim,)
-        self.reset()
-        return self
 
-    def reset(self):
+    def _reset_state(self):
         """Forward to ``obj.reset`` if present and re-validate the next draw."""
         self._checked = False
-        self.tuning = True
         hook = self._hook("reset")
         if hook is not None:
             hook()
 
-    def tune(self, accepted, q=None):
+    def _tune(self, accepted, q):
         """Forward to ``obj.tune(accepted)`` (with ``q=q`` if it accepts ``q``)."""
-        if not self.tuning:
-            return
         hook = self._hook("tune")
         if hook is None:
             return
@@ -1138,13 +1137,11 @@ class UserProposal(Proposal):
         else:
             hook(accepted)
 
-    def stop_tuning(self):
+    def _finish_tuning(self):
         """Forward to ``obj.stop_tuning`` if present."""
-        if self.tuning:
-            hook = self._hook("stop_tuning")
-            if hook is not None:
-                hook()
-        self.tuning = False
+        hook = self._hook("stop_tuning")
+        if hook is not None:
+            hook()
 
     @property
     def scaling(self) -> float:

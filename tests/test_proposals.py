@@ -147,7 +147,7 @@ def test_module_imports_neither_pymc_nor_pytensor():
             names.update(a.name.split(".")[0] for a in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module:
             names.add(node.module.split(".")[0])
-    assert names <= {"__future__", "difflib", "inspect", "math", "warnings", "typing", "numpy", "scipy"}, names
+    assert names <= {"__future__", "abc", "difflib", "inspect", "math", "warnings", "typing", "numpy", "scipy"}, names
     # load the file on its own (bypassing any package __init__) and inspect sys.modules
     code = (
         "import importlib.util, sys\n"
