@@ -83,23 +83,10 @@ def laplace(X, y, prior_sd=1.0, chunk=200_000, tol=1e-10):
 
 
 def ess(x):
-    """Effective sample size of a 1-D chain (Geyer's initial monotone sequence, FFT)."""
-    x = np.asarray(x, dtype=float)
-    n = x.size
-    if n < 4:
-        return float(n)
-    xc = x - x.mean()
-    f = np.fft.rfft(xc, n=2 * n)
-    acov = np.fft.irfft(f * np.conj(f))[:n] / n
-    if not acov[0] > 0:
-        return float(n)
-    rho = acov / acov[0]
-    m = n // 2
-    pairs = rho[0 : 2 * m : 2] + rho[1 : 2 * m : 2]
-    neg = np.flatnonzero(pairs <= 0)
-    pairs = np.minimum.accumulate(pairs[: neg[0] if neg.size else m])
-    tau = max(-1.0 + 2.0 * pairs.sum(), 1.0 / math.log10(max(n, 10)))
-    return float(n / tau)
+    """Effective sample size of a 1-D chain (:func:`pymc_subsample.diagnostics.geyer_ess`)."""
+    from pymc_subsample.diagnostics import geyer_ess
+
+    return geyer_ess(x)
 
 
 def group(idata, name):

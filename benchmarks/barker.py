@@ -64,20 +64,11 @@ def group(idata, name):
 
 
 def ess(x):
-    """Effective sample size of ``x`` (chains, draws): Geyer's initial monotone sequence on
-    the chain-averaged autocovariance (NumPy only, so PyMC 5 and 6 report the same)."""
-    x = np.asarray(x, dtype=float)
-    m, n = x.shape
-    xc = x - x.mean(axis=1, keepdims=True)
-    f = np.fft.rfft(xc, n=2 * n, axis=1)
-    acov = np.fft.irfft(f * np.conj(f), axis=1)[:, :n].mean(axis=0) / n
-    if not acov[0] > 0:
-        return float("nan")
-    rho = acov / acov[0]
-    pairs = rho[0 : 2 * (n // 2) : 2] + rho[1 : 2 * (n // 2) : 2]
-    neg = np.flatnonzero(pairs <= 0)
-    pairs = np.minimum.accumulate(pairs[: neg[0] if neg.size else pairs.size])
-    return float(m * n / max(-1.0 + 2.0 * pairs.sum(), 1.0 / math.log10(max(m * n, 10))))
+    """Effective sample size of ``x`` (chains, draws), NaN for a constant chain
+    (:func:`pymc_subsample.diagnostics.geyer_ess`)."""
+    from pymc_subsample.diagnostics import geyer_ess
+
+    return geyer_ess(x, constant=float("nan"))
 
 
 def make_tempered_austere():

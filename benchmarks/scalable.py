@@ -27,7 +27,6 @@ Run: python benchmarks/scalable.py [--quick]   (PNGs in benchmarks/output/)
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import sys
 import time
@@ -82,21 +81,10 @@ def group(idata, name):
 
 
 def ess_1d(x):
-    """ESS of one chain: Geyer's initial monotone sequence on the FFT autocovariance."""
-    x = np.asarray(x, dtype=float).ravel()
-    n = x.size
-    xc = x - x.mean()
-    f = np.fft.rfft(xc, n=2 * n)
-    acov = np.fft.irfft(f * np.conj(f))[:n] / n
-    if not acov[0] > 0:
-        return 0.0
-    rho = acov / acov[0]
-    npairs = n // 2
-    pairs = rho[0 : 2 * npairs : 2] + rho[1 : 2 * npairs : 2]
-    neg = np.flatnonzero(pairs <= 0)
-    pairs = np.minimum.accumulate(pairs[: neg[0] if neg.size else npairs])
-    tau = max(-1.0 + 2.0 * pairs.sum(), 1.0 / math.log10(max(n, 10)))
-    return n / tau
+    """ESS of one chain, 0 for a constant chain (:func:`pymc_subsample.diagnostics.geyer_ess`)."""
+    from pymc_subsample.diagnostics import geyer_ess
+
+    return geyer_ess(np.ravel(x), constant=0.0)
 
 
 def min_ess(idata):

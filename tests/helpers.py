@@ -30,30 +30,11 @@ def batch_means_se(x, n_batches=20):
 
 
 def ess(x):
-    """Effective sample size of draws ``x`` of shape ``(chains, draws)`` (or ``(draws,)``).
+    """Effective sample size of draws ``(chains, draws)`` or ``(draws,)``
+    (:func:`pymc_subsample.diagnostics.geyer_ess`)."""
+    from pymc_subsample.diagnostics import geyer_ess
 
-    Geyer's initial monotone sequence estimator on the chain-averaged autocovariance
-    (FFT), in NumPy only, so it gives the same number under ArviZ 0.23 and 1.x.
-    """
-    x = np.asarray(x, dtype=float)
-    if x.ndim == 1:
-        x = x[None]
-    x = x.reshape(x.shape[0], -1)
-    m, n = x.shape
-    if n < 4:
-        return float(m * n)
-    xc = x - x.mean(axis=1, keepdims=True)
-    f = np.fft.rfft(xc, n=2 * n, axis=1)
-    acov = np.fft.irfft(f * np.conj(f), axis=1)[:, :n].mean(axis=0) / n
-    if not acov[0] > 0:
-        return float(m * n)
-    rho = acov / acov[0]
-    npairs = n // 2
-    pairs = rho[0 : 2 * npairs : 2] + rho[1 : 2 * npairs : 2]
-    neg = np.flatnonzero(pairs <= 0)
-    pairs = np.minimum.accumulate(pairs[: neg[0] if neg.size else npairs])
-    tau = max(-1.0 + 2.0 * pairs.sum(), 1.0 / np.log10(max(m * n, 10)))
-    return float(m * n / tau)
+    return geyer_ess(x)
 
 
 def mcse_mean(x):
