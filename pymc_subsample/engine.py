@@ -57,17 +57,37 @@ def _rows_jacobian(f, q):
     """
     v = q.type("direction")
     # PyTensor 3 renamed Rop to pushforward (Rop warns); both default to the double-pullback
-    push = getattr(pytensor.gradient, "pushforward", None) or pytensor.gradient.Rop
-    df = push(f, q, v)  # same shape as f
+    df = _pushforward(f, q, v)  # same shape as f
     jac = vectorize_graph(df, {v: pt.eye(q.shape[0], dtype=q.dtype)})  # (d, n, ...)
     return pt.moveaxis(jac, 0, -1)
+
+
+def _pushforward(f, wrt, direction):
+    """Directional derivative ``J_f(wrt) . direction`` (forward mode), same shape as ``f``;
+    zero when ``f`` does not depend on ``wrt``."""
+    push = getattr(pytensor.gradient, "pushforward", None) or pytensor.gradient.Rop
+    if wrt not in set(ancestors([f])):
+        return pt.zeros_like(f)
+    return push(f, wrt, direction)
+
+
+def _grad(cost, wrt):
+    """Gradient that is zero, not an error, where ``cost`` does not depend on ``wrt``
+    (a ``pm.Flat`` / ``pm.HalfFlat`` prior has a constant log density)."""
+    return pytensor.grad(cost, wrt, disconnected_inputs="ignore")
+
+
+def _jacobian(g, wrt, **kwargs):
+    if wrt not in set(ancestors([g])):
+        return pt.zeros((wrt.shape[0], wrt.shape[0]), dtype=wrt.dtype)
+    return pytensor.gradient.jacobian(g, wrt, disconnected_inputs="ignore", **kwargs)
 
 
 def _scan_jacobian(g, q):
     """Jacobian of the vector ``g`` with respect to ``q`` by a loop over the coordinates of
     ``g`` (reverse mode): used for the Hessian of a scalar, whose vectorised form compiles
     pathologically slowly for some models (e.g. a group index)."""
-    return pytensor.gradient.jacobian(g, q, vectorize=False)
+    return _jacobian(g, q, vectorize=False)
 
 
 class ModelNotSupportedError(ValueError):
@@ -453,11 +473,11 @@ class LikelihoodEngine:
         if key == "prior":
             return [q], prior
         if key == "prior_grad":
-            return [q], [prior, pytensor.grad(prior, q)]
+            return [q], [prior, _grad(prior, q)]
         if key == "prior_hess":
-            g = pytensor.grad(prior, q)
+            g = _grad(prior, q)
             # vectorised reverse mode: priors have no row indexing, and compile fast this way
-            return [q], [prior, g, pytensor.gradient.jacobian(g, q, vectorize=True)]
+            return [q], [prior, g, _jacobian(g, q, vectorize=True)]
         if key == "ll":
             return [q, *batch], ll
         if key in ("ll_pair", "ll_diff"):
@@ -467,10 +487,24 @@ class LikelihoodEngine:
         if key == "ll_sum":
             return [q, *batch], ll.sum()
         if key == "ll_sum_grad":
-            return [q, *batch], [ll.sum(), pytensor.grad(ll.sum(), q)]
+            return [q, *batch], [ll.sum(), _grad(ll.sum(), q)]
         if key == "sum_hess":
-            g = pytensor.grad(ll.sum(), q)
+            g = _grad(ll.sum(), q)
             return [q, *batch], [ll.sum(), g, _scan_jacobian(g, q)]
+        if key in ("cv1", "cv2"):
+            # Taylor control variates about a centre c (kernels.control_variates): the
+            # plain differences l_i = ll_i(q') - ll_i(q), the first-order terms
+            # grad ll_i(c) . u and (order 2) u' H_i(c) w, u = q' - q, w = (q' - c) + (q - c),
+            # as directional derivatives: no per-row gradient or Hessian is materialised.
+            c = q.type("center")
+            ll_c = pytensor.graph.replace.clone_replace(ll, {q: c})
+            ll2 = pytensor.graph.replace.clone_replace(ll, {q: q2})
+            u = q2 - q
+            gu = _pushforward(ll_c, c, u)
+            outs = [ll2 - ll, gu]
+            if key == "cv2":
+                outs.append(_pushforward(gu, c, (q2 - c) + (q - c)))
+            return [q, q2, c, *batch], pt.stack(outs)
         if key == "row_grad":
             return [q, *batch], [ll, _rows_jacobian(ll, q)]
         if key == "row_hess":
@@ -596,6 +630,25 @@ class LikelihoodEngine:
         return self._fn("ll_diff")(
             np.asarray(q, dtype=np.float64),
             np.asarray(q_prop, dtype=np.float64),
+            *self.gather(self._as_rows(rows)),
+        )
+
+    def loglik_diff_taylor(self, q, q_prop, center, rows, order: int) -> np.ndarray:
+        """Plain differences and Taylor terms of ``rows`` in one call, for the control
+        variates of :mod:`pymc_subsample.kernels.control_variates`.
+
+        Returns an array of shape ``(order + 1, n)``: ``l_i = ll_i(q') - ll_i(q)``,
+        ``grad ll_i(c) . (q' - q)`` and, for ``order=2``,
+        ``(q' - q)' H_i(c) ((q' - c) + (q - c))``, ``c`` the centre.
+        """
+        if order not in (1, 2):
+            raise ValueError(f"order must be 1 or 2, got {order!r}.")
+        if np.size(rows) == 0:
+            return np.zeros((order + 1, 0))
+        return self._fn(f"cv{order}")(
+            np.asarray(q, dtype=np.float64),
+            np.asarray(q_prop, dtype=np.float64),
+            np.asarray(center, dtype=np.float64),
             *self.gather(self._as_rows(rows)),
         )
 

@@ -70,3 +70,13 @@ def run_sample(model, step, *, draws, tune, chains, seed, cores=1, **kw):
             compute_convergence_checks=False,
             **kw,
         )
+
+
+def sampler_warnings(idata, match=""):
+    """Messages of the ``SamplerWarning``s a step put in its ``warning`` stat, per chain
+    (sample with ``keep_warning_stat=True``)."""
+    stat = sample_stats(idata)["warning"].values
+    out = []
+    for chain in stat:
+        out.append([w.message for w in chain.ravel() if w is not None and match in w.message])
+    return out

@@ -45,7 +45,7 @@ import pymc_subsample as pms
 import pymc_subsample.steps.austere as austere_module
 from pymc_subsample.steps.austere import AustereMH
 
-from helpers import ess, mcse_mean, mcse_sd, posterior, run_sample, sample_stats
+from helpers import ess, mcse_mean, mcse_sd, posterior, run_sample, sample_stats, sampler_warnings
 
 Z_TOL = 4.5
 SEED = 20140621
@@ -88,10 +88,6 @@ def _assert_sd(x, true_sd, *, ref_se=0.0, allow=0.0, label=""):
         f"{label}: sd {x.std():.6g} vs {true_sd:.6g} (error {err:.3g}, "
         f"{err / se:.2f} MCSE of {se:.3g}, allowed bias {allow:.3g})"
     )
-
-
-def _clt_warnings(records):
-    return [w for w in records if issubclass(w.category, UserWarning) and CLT_MESSAGE in str(w.message)]
 
 
 # ====================================================================== models
@@ -149,7 +145,7 @@ def small():
     set-up path is exercised once) shared by the stats and seed tests."""
     prob = NormalMean(2000, seed=3)
     with prob.model:
-        prob.default_step = AustereMH(epsilon=0.05, batch_size=200)
+        prob.default_step = AustereMH(epsilon=0.05, batch_size=200, control_variate=0)
     return prob
 
 
@@ -214,10 +210,8 @@ def test_sample_stats_are_consistent(small, small_run):
 
 def test_gaussian_data_gives_no_clt_warning(small):
     step = small.step(epsilon=0.05, batch_size=200)
-    with warnings.catch_warnings(record=True) as rec:
-        warnings.simplefilter("always")
-        _sample(small.model, step, draws=30, tune=10, chains=2)
-    assert not _clt_warnings(rec)
+    idata = _sample(small.model, step, draws=30, tune=10, chains=2, keep_warning_stat=True)
+    assert sampler_warnings(idata, CLT_MESSAGE) == [[], []]
 
 
 # ====================================================================== seeds
@@ -408,23 +402,21 @@ def rare_events():
 
 def test_clt_warning_once_per_chain_on_rare_events(rare_events):
     with rare_events["model"]:
-        step = AustereMH(epsilon=0.05, batch_size=300, scaling=0.05)
-    with warnings.catch_warnings(record=True) as rec:
-        warnings.simplefilter("always")
-        _sample(rare_events["model"], step, draws=40, tune=10, chains=3, cores=1)
-    found = _clt_warnings(rec)
-    assert len(found) == 3, [str(w.message) for w in found]
-    assert "AustereMH" in str(found[0].message)
+        step = AustereMH(epsilon=0.05, batch_size=300, scaling=0.05, control_variate=0)
+    idata = _sample(rare_events["model"], step, draws=40, tune=10, chains=3, cores=1,
+                    keep_warning_stat=True)
+    found = sampler_warnings(idata, CLT_MESSAGE)
+    assert [len(f) for f in found] == [1, 1, 1], found
+    assert "AustereMH" in found[0][0]
 
 
 def test_no_clt_warning_when_the_test_is_exact(rare_events):
     """epsilon = 0 never uses the t-test's normal approximation."""
     with rare_events["model"]:
         step = AustereMH(epsilon=0.0, scaling=0.05)
-    with warnings.catch_warnings(record=True) as rec:
-        warnings.simplefilter("always")
-        _sample(rare_events["model"], step, draws=10, tune=5, chains=1)
-    assert not _clt_warnings(rec)
+    idata = _sample(rare_events["model"], step, draws=10, tune=5, chains=1,
+                    keep_warning_stat=True)
+    assert sampler_warnings(idata, CLT_MESSAGE) == [[]]
 
 
 # ====================================================================== compound steps

@@ -182,7 +182,7 @@ def test_conjugate_posterior_temperature_1(small):
     nearly all rows here (Sec 1 of the paper), so most decisions read (nearly) all N."""
     x, model = small
     with model:
-        step = pms.BarkerMinibatch(batch_size=100)
+        step = pms.BarkerMinibatch(batch_size=100, control_variate=0)
     idata = _sample(model, step, draws=2500, tune=700, chains=2, seed=SEED + 2)
     mean, sd = _exact_posterior(x, 0.0, 10.0, 1.0)
     _assert_normal_marginal(_values(idata, "mu"), mean, sd, "T=1")
@@ -386,11 +386,13 @@ def test_paper_worst_case_data_use():
     with pm.Model() as m_barker:
         theta = pm.Flat("theta")
         pm.Normal("x", theta, 1.0, observed=x)
-        barker = pms.BarkerMinibatch(batch_size=100, temperature=K, scaling=sd, tune=False)
+        barker = pms.BarkerMinibatch(batch_size=100, temperature=K, scaling=sd, tune=False,
+                                     control_variate=0)
     with pm.Model() as m_austere:
         theta = pm.Flat("theta")
         pm.Normal("x", theta, math.sqrt(K), observed=x)
-        austere = pms.AustereMH(epsilon=0.01, batch_size=500, scaling=sd, tune=False)
+        austere = pms.AustereMH(epsilon=0.01, batch_size=500, scaling=sd, tune=False,
+                                control_variate=0)
     kw = dict(draws=2000, tune=0, chains=1, seed=SEED + 40, initvals=start)
     ib = _sample(m_barker, barker, **kw)
     ia = _sample(m_austere, austere, **kw)

@@ -476,14 +476,42 @@ def test_nonfinite_terms():
     rng = np.random.default_rng(0)
     r = barker_test(rng, f_ok, 100, -np.inf, batch_size=10)
     assert not r.accept and r.data_used == 0 and r.n_batches == 0
-    assert not barker_test(rng, f_ok, 100, np.nan, batch_size=10).accept
-    assert barker_test(rng, f_ok, 100, np.inf, batch_size=10).accept
+    assert r.exact and not r.nonfinite
+    r = barker_test(rng, f_ok, 100, np.nan, batch_size=10)
+    assert not r.accept and r.nonfinite
+    # +inf cannot be decided (zero density at the current state): reject, never accept
+    r = barker_test(rng, f_ok, 100, np.inf, batch_size=10)
+    assert not r.accept and r.nonfinite and r.data_used == 0
     r = barker_test(rng, lambda rows: np.full(rows.size, -np.inf), 100, 0.0, batch_size=10)
-    assert not r.accept and r.data_used == 10 and not r.exact
+    assert not r.accept and r.data_used == 10 and r.exact and not r.nonfinite
     r = barker_test(rng, lambda rows: np.full(rows.size, np.nan), 100, 0.0, batch_size=10)
-    assert not r.accept
+    assert not r.accept and r.nonfinite
     r = barker_test(rng, lambda rows: np.full(rows.size, np.inf), 100, 0.0, batch_size=10)
-    assert r.accept
+    assert not r.accept and r.nonfinite
+    # one +inf among finite terms also rejects
+    def one_inf(rows):
+        out = np.zeros(rows.size)
+        out[0] = np.inf
+        return out
+    r = barker_test(rng, one_inf, 100, 5.0, batch_size=10)
+    assert not r.accept and r.nonfinite
+
+
+def test_reports_lemma3_bound_and_noise():
+    """The paper's Lemma 3 bound is reported beside the acceptance-error estimate, and the
+    returned noise reproduces the decision: accept iff Delta* + noise > 0."""
+    rng = np.random.default_rng(3)
+    l = rng.normal(0.0, 1e-4, 50_000)
+    for seed in range(20):
+        r = barker_test(np.random.default_rng(seed), lambda rows: l[rows], l.size, 0.3,
+                        batch_size=500, delta=0.01)
+        assert not r.exact
+        assert r.clt_error <= 0.01
+        assert r.lemma3_error >= 6.4 / math.sqrt(r.data_used) * 0.9  # Lemma 3's floor
+        assert r.accept == (r.delta_star + r.noise > 0)
+    r = barker_test(np.random.default_rng(0), lambda rows: l[rows][: rows.size], 300, 0.0,
+                    batch_size=300)
+    assert r.exact and r.accept == (r.delta_star + r.noise > 0)
 
 
 def test_constant_terms_grow_to_exact():

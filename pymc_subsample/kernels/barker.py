@@ -51,6 +51,16 @@ class BarkerResult:
         (Equation 10) was used.
     delta_star : float
         The log acceptance ratio estimate ``Delta*`` (equal to ``Delta`` if exact).
+    lemma3_error : float
+        The paper's own bound at the decision: Lemma 3 / Corollary 1 (Equations 17 and
+        19) on the batch, reported beside ``clt_error`` whichever ``error`` was
+        compared with ``delta`` (0.0 when no normal approximation was used).
+    noise : float
+        The noise the decision added to ``Delta*``: ``X_nc + X_corr``, or ``X_log`` for
+        the exact test (NaN when decided without noise). The exact decision for the same
+        randomness is ``Delta + noise > 0`` (used by the steps' decision audit).
+    nonfinite : bool
+        The test met a NaN or ``+inf`` term (or data-free ratio) and rejected.
     """
 
     accept: bool
@@ -60,6 +70,9 @@ class BarkerResult:
     delta_var: float
     exact: bool
     delta_star: float
+    lemma3_error: float = 0.0
+    noise: float = math.nan
+    nonfinite: bool = False
 
 
 def clt_error_bound(l: np.ndarray, mean: float | None = None, sd: float | None = None) -> float:
@@ -216,10 +229,12 @@ def barker_test(
     parameter the likelihood does not depend on) the bound is undefined and the batch
     keeps growing, so such a test ends exact.
 
-    Non-finite values decide at once without approximation: ``log_ratio_o1`` equal to
-    ``-inf`` or NaN rejects (``+inf`` accepts) before any data is read; a minibatch term
-    equal to ``-inf`` or NaN rejects (``Delta = -inf``: the proposal has zero
-    likelihood), ``+inf`` accepts.
+    Non-finite values decide at once and always reject: ``log_ratio_o1`` equal to
+    ``-inf`` (zero prior density at ``theta'``) or a minibatch term equal to ``-inf``
+    (zero likelihood at ``theta'``: ``Delta = -inf``) is the exact decision
+    (``exact=True``); NaN or ``+inf`` (zero density at the *current* state, or an
+    overflow) cannot be decided and rejects with ``nonfinite=True``, so the chain never
+    moves to a point whose density was not evaluated (the step warns).
 
     Parameters
     ----------
@@ -266,7 +281,8 @@ def barker_test(
         )
     o1 = float(log_ratio_o1)
     if not math.isfinite(o1):
-        return BarkerResult(o1 > 0, 0, 0, 0.0, 0.0, False, o1)
+        bad = o1 != -math.inf
+        return BarkerResult(False, 0, 0, 0.0, 0.0, not bad, o1, nonfinite=bad)
     N = int(n_total)
     corr = default_correction() if correction is None else correction
     sigma2 = corr.sigma * corr.sigma
@@ -305,9 +321,12 @@ def barker_test(
             new[:n] = buf[:n]
             buf = new
         buf[n : n + k] = lt
-        if not math.isfinite(float(lt.sum())):  # some l_i is +-inf or nan
-            total = float(buf[: n + k].sum())  # -inf / nan -> reject, +inf -> accept
-            return BarkerResult(total > 0, n + k, n_batches, 0.0, 0.0, False, total + o1)
+        if not math.isfinite(float(lt.sum())):  # some l_i is +-inf or nan: reject
+            bad = bool(np.isnan(lt).any() or np.isposinf(lt).any())
+            if not bad and not np.isneginf(lt).any():
+                bad = True  # finite terms whose sum overflowed
+            total = -math.inf if not bad else math.nan
+            return BarkerResult(False, n + k, n_batches, 0.0, 0.0, not bad, total, nonfinite=bad)
         if n == 0:
             shift = float(lt[0])
         dev = lt - shift
@@ -317,8 +336,9 @@ def barker_test(
 
         if n >= N:  # all rows: exact Barker test, Equation (10)
             delta_exact = float(buf[:n].sum()) + o1
-            accept = delta_exact + rng.logistic() > 0.0
-            return BarkerResult(bool(accept), N, n_batches, 0.0, 0.0, True, delta_exact)
+            x_log = float(rng.logistic())
+            return BarkerResult(bool(delta_exact + x_log > 0.0), N, n_batches, 0.0, 0.0, True,
+                                delta_exact, noise=x_log)
 
         if n >= 2:
             var_l = max(s2 - s1 * s1 / n, 0.0) / (n - 1)
@@ -339,7 +359,11 @@ def barker_test(
                 if eps <= delta:
                     delta_star = N * mean + o1
                     x_nc = math.sqrt(sigma2 - s2_delta) * rng.standard_normal()
-                    x_corr = corr.sample(rng)
-                    accept = delta_star + x_nc + x_corr > 0.0
-                    return BarkerResult(bool(accept), n, n_batches, eps, s2_delta, False, delta_star)
+                    noise = x_nc + float(corr.sample(rng))
+                    lemma3 = (
+                        clt_error_bound(buf[:n], mean, math.sqrt(var_l))
+                        if error == "acceptance" else eps
+                    )
+                    return BarkerResult(bool(delta_star + noise > 0.0), n, n_batches, eps,
+                                        s2_delta, False, delta_star, lemma3, noise)
         m = step

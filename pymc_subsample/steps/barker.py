@@ -1,15 +1,17 @@
 """BarkerMinibatch: the minibatch Barker test with an additive correction variable of
 Seita, Pan, Chen & Canny (2017), "An Efficient Minibatch Acceptance Test for
-Metropolis-Hastings" (Algorithm 1, "MHminibatch")."""
+Metropolis-Hastings" (Algorithm 1, "MHminibatch"), on Taylor control-variate residuals
+by default (Bardenet, Doucet & Holmes 2017, Sec. 7.2)."""
 
 from __future__ import annotations
 
 import math
 import numbers
 
+from ..kernels.austere import clt_check
 from ..kernels.barker import barker_test
 from ..kernels.barker_correction import default_correction
-from .base import BASE_STATS, GrowingBatchStep
+from .base import GROWING_STATS, GrowingBatchStep
 
 __all__ = ["BarkerMinibatch"]
 
@@ -25,6 +27,13 @@ class BarkerMinibatch(GrowingBatchStep):
     ``Delta* + X_nc + X_corr > 0``. Otherwise the batch grows by ``batch_increment`` rows;
     with all ``N`` rows the exact Barker test is used.
 
+    With control variates (``control_variate=2``, the default) ``Delta*`` is built from
+    the residuals ``r_i = l_i - lhat_i`` of a Taylor proxy about the posterior mode, and
+    the proxy's sum over all rows enters exactly
+    (:mod:`pymc_subsample.kernels.control_variates`): Barker's condition ``s^2 < 1``
+    then holds on the first batch at posterior scale, where the plain test needs almost
+    all rows (the algebra of Seita et al. 2017, Sec. 2.2, applies to ``s^2`` too).
+
     Parameters
     ----------
     vars : list of variables, optional
@@ -38,26 +47,32 @@ class BarkerMinibatch(GrowingBatchStep):
         :func:`pymc_subsample.kernels.barker.barker_test` for the formula).
     temperature : float, default 1.0
         ``T``: the step targets ``p(theta) prod_i p(x_i | theta)^(1/T)`` (Sec 6.1).
+    control_variate, center, recenter, audit
+        As in :class:`~pymc_subsample.AustereMH`. The audit compares with the exact
+        Barker decision ``Delta + X > 0`` for the same noise ``X = X_nc + X_corr``.
     proposal, scaling, tune, model
-        As in :class:`~pymc_subsample.AustereMH` (random walk tuned towards an acceptance
-        rate of 0.234, its scale capped at twice the start).
+        As in :class:`~pymc_subsample.AustereMH` (without control variates: a random walk
+        tuned towards an acceptance rate of 0.234, its scale capped at twice the start).
     error : {"acceptance", "lemma3"}, default "acceptance"
         Which CLT error estimate ``delta`` bounds.
 
     Notes
     -----
     Sample stats per draw: ``accepted``, ``data_used``, ``n_batches``, ``scaling``,
-    ``clt_error`` (the estimate when the test stopped), ``delta_var`` (the variance
-    ``s^2`` of ``Delta*``) and ``exact`` (the test used all ``N`` rows).
+    ``clt_error`` (the estimate compared with ``delta`` when the test stopped),
+    ``lemma3_error`` (the paper's Lemma 3 / Corollary 1 bound on the same batch),
+    ``delta_var`` (the variance ``s^2`` of ``Delta*``), ``exact`` (the test used all
+    ``N`` rows), ``cv_active``, ``audit`` and ``warning``. The step warns once per chain
+    when the skewness or kurtosis of the first batch's terms makes the CLT doubtful.
     """
 
     name = "barker_minibatch"
     max_scale_factor = 2.0
     stats_dtypes_shapes = {
-        **BASE_STATS,
+        **GROWING_STATS,
         "clt_error": (float, []),
+        "lemma3_error": (float, []),
         "delta_var": (float, []),
-        "exact": (bool, []),
     }
 
     def __init__(
@@ -87,17 +102,27 @@ class BarkerMinibatch(GrowingBatchStep):
         self.loglik_weight = 1.0 / self.temperature  # the tempered target, for set-up
         self.error = error
         self.correction = default_correction()
+        self._r_max = float(max(self.correction.probs)) / float(self.correction.h)
         super().__init__(
-            vars, proposal=proposal, scaling=scaling, tune=tune, model=model, **kwargs
+            vars, batch_size=batch_size, batch_increment=batch_increment, proposal=proposal,
+            scaling=scaling, tune=tune, model=model, **kwargs,
         )
-        self._set_batches(batch_size, batch_increment)
 
-    def _decide(self, q, q_prop, log_prior_ratio, log_qratio):
+    def _run_test(self, terms_fn, log_ratio_o1):
+        check_clt = not self.tune and "clt" not in self._warned  # first kept draw
+        first = []
+
+        def terms(rows):
+            out = terms_fn(rows)
+            if check_clt and not first:
+                first.append(out)
+            return out
+
         res = barker_test(
             self.rng,
-            self.loglik_diff_fn(q, q_prop),
+            terms,
             self.n_rows,
-            log_prior_ratio + log_qratio,
+            log_ratio_o1,
             batch_size=self.batch_size,
             batch_increment=self.batch_increment,
             delta=self.delta,
@@ -106,10 +131,34 @@ class BarkerMinibatch(GrowingBatchStep):
             sampler=self._sampler.restart(self.rng),
             error=self.error,
         )
-        return bool(res.accept), {
+        if first and first[0].size > 2 and not res.exact and not res.nonfinite:
+            ok, msg = clt_check(first[0] / self.temperature, self.n_rows)
+            # Whatever the shape of Delta*'s law, |P(Delta* + Z > 0) - P(G + Z > 0)| <=
+            # r_max W_1(Delta*, G) <= 2 r_max s (Z = X_nc + X_corr has density <= r_max,
+            # G ~ N(Delta, s^2)): when that is below delta, skewness cannot matter.
+            if not ok and 2.0 * self._r_max * math.sqrt(res.delta_var) > self.delta:
+                self.warn_once(
+                    "clt",
+                    f"the normal approximation of Delta* looks doubtful ({msg}); the "
+                    "acceptance error may exceed delta. Raise batch_size or use ScalableMH.",
+                )
+            else:
+                self._warned.add("clt")  # checked once per chain
+        if res.nonfinite:
+            self.warn_once(
+                "nonfinite",
+                "a NaN or +inf log-likelihood difference was met and the proposal rejected; "
+                "check the model at the current and proposed values.",
+            )
+        return res, {
             "data_used": int(res.data_used),
             "n_batches": int(res.n_batches),
             "clt_error": float(res.clt_error),
+            "lemma3_error": float(res.lemma3_error),
             "delta_var": float(res.delta_var),
             "exact": bool(res.exact),
         }
+
+    def _exact_decision(self, res, full_log_ratio) -> bool:
+        noise = res.noise if math.isfinite(res.noise) else 0.0
+        return bool(full_log_ratio + noise > 0.0)

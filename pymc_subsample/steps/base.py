@@ -12,9 +12,8 @@ from __future__ import annotations
 
 import math
 import numbers
-from abc import abstractmethod
 import warnings
-
+from abc import abstractmethod
 import numpy as np
 
 import pymc as pm
@@ -22,11 +21,19 @@ from pymc.blocking import RaveledVars
 from pymc.pytensorf import make_shared_replacements
 from pymc.step_methods.arraystep import ArrayStepShared
 from pymc.step_methods.compound import Competence
+from pymc.stats.convergence import SamplerWarning, WarningType
 from pymc.util import get_random_generator, get_value_vars_from_user_vars
 
+from ..center import center_at, find_center, parse_point
 from ..engine import LikelihoodEngine
+from ..kernels.control_variates import ORDERS, VarianceCheck, residuals
 from ..kernels.rows import RowSampler
 from ..proposals import Langevin, as_proposal
+
+try:  # PyTensor >= 2.31 moved graph traversal helpers
+    from pytensor.graph.traversal import ancestors
+except ImportError:  # pragma: no cover
+    from pytensor.graph.basic import ancestors
 
 __all__ = ["SubsampleStep", "GrowingBatchStep", "check_batch_size"]
 
@@ -35,6 +42,19 @@ BASE_STATS = {
     "data_used": (np.int64, []),
     "n_batches": (np.int64, []),
     "scaling": (np.float64, []),
+    # PyMC's sampler-warning mechanism (as NUTS): logged by pm.sample in the main
+    # process, dropped from the returned trace unless keep_warning_stat=True
+    "warning": (SamplerWarning, None),
+}
+
+#: stats of the steps that decide on growing minibatches with control variates
+GROWING_STATS = {
+    **BASE_STATS,
+    "exact": (bool, []),
+    "cv_active": (bool, []),
+    # 1.0 / 0.0: the audited decision agreed / disagreed with the exact full-data
+    # decision for the same proposal and randomness; NaN: not audited
+    "audit": (np.float64, []),
 }
 
 
@@ -121,12 +141,8 @@ class SubsampleStep(ArrayStepShared):
         if scaling is not None:
             scaling = self._check_scaling(scaling)
         self.user_scaling = scaling
-        proposal_kwargs = dict(proposal_kwargs or {})
-        if proposal is None and self.default_proposal == "random_walk":
-            proposal_kwargs.setdefault("max_scale_factor", self.max_scale_factor)
-        self.proposal = as_proposal(
-            proposal if proposal is not None else self.default_proposal, **proposal_kwargs
-        )
+        self._proposal_kwargs = dict(proposal_kwargs or {})
+        self.proposal = self._choose_proposal(proposal, scaling)
         self._setup_proposal(scaling)
         super().__init__(vars, shared, blocked=blocked, rng=rng)
         self._reset_chain()
@@ -154,6 +170,21 @@ class SubsampleStep(ArrayStepShared):
             raise ValueError(f"scaling must be positive and finite, got {scaling!r}.")
         return arr if arr.ndim else float(arr)
 
+    def likelihood_vars_of_other_steps(self) -> list[str]:
+        """Names of the variables the likelihood depends on that this step does not sample.
+
+        Control variates and bounds computed once at a centre hold these at their initial
+        values; if another step of a ``CompoundStep`` (NUTS, a Gibbs step) moves them, the
+        precomputed sums no longer match the likelihood.
+        """
+        model = self.engine.model
+        ll = model.logp(vars=model.observed_RVs, sum=True)
+        used = set(ancestors([ll]))
+        mine = set(self.engine.vars)
+        return [
+            model.values_to_rvs[v].name for v in model.value_vars if v not in mine and v in used
+        ]
+
     # ------------------------------------------------------------------ set-up
     def default_scaling(self, n_rows_probe: int = 2000):
         """Start value of the random-walk scaling: ``2.38 / sqrt(d)`` times the posterior sd
@@ -175,6 +206,13 @@ class SubsampleStep(ArrayStepShared):
             diag = np.full(eng.ndim, np.nan)
         sd = np.where(np.isfinite(diag) & (diag > 0), 1.0 / np.sqrt(np.abs(diag)), 0.1)
         return 2.38 / np.sqrt(eng.ndim) * sd
+
+    def _choose_proposal(self, proposal, scaling):
+        """The proposal object (``default_proposal`` when ``proposal`` is None)."""
+        kwargs = self._proposal_kwargs
+        if proposal is None and self.default_proposal == "random_walk":
+            kwargs.setdefault("max_scale_factor", self.max_scale_factor)
+        return as_proposal(proposal if proposal is not None else self.default_proposal, **kwargs)
 
     def _setup_proposal(self, scaling):
         if scaling is None:
@@ -199,6 +237,7 @@ class SubsampleStep(ArrayStepShared):
         if hasattr(self.proposal, "reset"):
             self.proposal.reset()
         self._warned = set()
+        self._pending = []
         self.tune = self.adapt
 
     def set_rng(self, rng):  # PyMC 5: once per chain
@@ -217,12 +256,17 @@ class SubsampleStep(ArrayStepShared):
         if hasattr(self.proposal, "stop_tuning"):
             self.proposal.stop_tuning()
 
-    def warn_once(self, key, message):
-        """Emit a sampler warning at most once per chain."""
+    def warn_once(self, key, message, kind=WarningType.BAD_PARAMS):
+        """Issue a sampler warning at most once per chain.
+
+        It travels in the ``warning`` sample stat of the next draw (PyMC's
+        :class:`~pymc.stats.convergence.SamplerWarning`, as NUTS reports divergences), so
+        ``pm.sample`` logs it in the main process whatever the number of cores.
+        """
         if key in self._warned:
             return
         self._warned.add(key)
-        warnings.warn(message, UserWarning, stacklevel=2)
+        self._pending.append(SamplerWarning(kind, f"{type(self).__name__}: {message}", "warn"))
 
     @staticmethod
     def competence(var, has_grad):
@@ -251,6 +295,7 @@ class SubsampleStep(ArrayStepShared):
             self.proposal.tune(bool(accepted), q=q_prop if accepted else q)
         stats["accepted"] = bool(accepted)
         stats["scaling"] = float(getattr(self.proposal, "scaling", np.nan))
+        stats["warning"] = self._pending.pop(0) if self._pending else None
         q_new = q_prop if accepted else q
         return RaveledVars(q_new, q0.point_map_info), [stats]
 
@@ -270,17 +315,216 @@ class SubsampleStep(ArrayStepShared):
 
 class GrowingBatchStep(SubsampleStep):
     """Base of the steps that decide on a minibatch grown until a test is confident
-    (AustereMH, BarkerMinibatch): validated ``batch_size`` / ``batch_increment`` and a
-    without-replacement :class:`~pymc_subsample.kernels.rows.RowSampler` per chain."""
+    (AustereMH, BarkerMinibatch).
+
+    It holds what both share: validated ``batch_size`` / ``batch_increment``, a
+    without-replacement :class:`~pymc_subsample.kernels.rows.RowSampler` per chain, and
+    the Taylor control variates of :mod:`pymc_subsample.kernels.control_variates`. With
+    control variates (the default) the step finds the posterior mode once
+    (:func:`pymc_subsample.center.find_center`), the closed-form proxy difference enters
+    the test's data-free part exactly and the minibatch estimates only the residual sum;
+    the default proposal is then preconditioned by the Laplace approximation there.
+
+    Subclasses implement :meth:`_run_test` (the acceptance kernel on a row function and a
+    data-free log ratio) and :meth:`_exact_decision` (for the audit).
+    """
+
+    #: the proposal used when ``proposal=None``, by control-variate order
+    DEFAULT_PROPOSALS = {0: "random_walk", 1: "preconditioned", 2: "pcn"}
+    #: steps between verdicts of the variance check while tuning
+    CV_WINDOW = 100
+
+    def __init__(
+        self,
+        vars=None,
+        *,
+        batch_size,
+        batch_increment=None,
+        control_variate=None,
+        center=None,
+        recenter=False,
+        audit=0.0,
+        **kwargs,
+    ):
+        if control_variate is not None and (
+            isinstance(control_variate, bool) or control_variate not in ORDERS
+        ):
+            raise ValueError(
+                f"control_variate must be 2 (second-order Taylor control variates), 1 (first "
+                f"order), 0 (none: the paper's plain test) or None (2 where possible, the "
+                f"default), got {control_variate!r}."
+            )
+        self._cv_arg = control_variate
+        self.cv_order = 2 if control_variate is None else int(control_variate)
+        if self.cv_order == 0 and center is not None:
+            raise ValueError("center= is the centre of the control variates: it needs "
+                             "control_variate=1 or 2.")
+        self._center_arg = center
+        self.recenter = bool(recenter)
+        if isinstance(audit, bool) or not isinstance(audit, numbers.Real) or not 0 <= audit <= 1:
+            raise ValueError(
+                f"audit must be the share of steps, in [0, 1], on which the exact full-data "
+                f"decision is also taken (e.g. 0.01), got {audit!r}."
+            )
+        self.audit = float(audit)
+        super().__init__(vars, **kwargs)
+        self._set_batches(batch_size, batch_increment)
 
     def _set_batches(self, batch_size, batch_increment):
         """Validate and store the batch sizes (``batch_increment=None``: same as
-        ``batch_size``, resolved by the kernels); call after ``SubsampleStep.__init__``."""
+        ``batch_size``, resolved by the kernels)."""
         self.batch_size = check_batch_size(batch_size, "batch_size", self.n_rows)
         self.batch_increment = check_batch_size(
             batch_increment, "batch_increment", self.n_rows, allow_none=True
         )
 
+    # ------------------------------------------------------------------ set-up
+    def _choose_proposal(self, proposal, scaling):
+        """Decide the control-variate order (the engine now exists), then the proposal:
+        by default preconditioned by the Laplace approximation at the centre; a random
+        walk when the user gave ``scaling`` (documented as its standard deviation)."""
+        others = self.likelihood_vars_of_other_steps()
+        if others and self.cv_order:
+            names = ", ".join(repr(o) for o in others)
+            if self._cv_arg is not None:
+                raise ValueError(
+                    f"control_variate={self._cv_arg} needs every variable the likelihood "
+                    f"depends on in this step's vars=, but {names} is sampled by another step: "
+                    "the control variates' sums are computed once at a centre and would go "
+                    "stale. Add them to vars=, or pass control_variate=0."
+                )
+            warnings.warn(
+                f"{type(self).__name__}: the likelihood depends on {names}, sampled by another "
+                "step, so the Taylor control variates are off (plain differences, which read "
+                "more rows per step). Add them to vars= to use control variates.",
+                UserWarning, stacklevel=5,
+            )
+            self.cv_order = 0
+        if proposal is None:
+            order = 0 if scaling is not None else self.cv_order
+            self.default_proposal = self.DEFAULT_PROPOSALS[order]
+        return super()._choose_proposal(proposal, scaling)
+
+    def _setup_proposal(self, scaling):
+        if self.cv_order == 0:
+            self.center = self.proxy = None
+            return super()._setup_proposal(scaling)
+        eng = self.engine
+        if self._center_arg is None:
+            self.center = find_center(eng)
+            if not self.center.converged:
+                self._setup_warning = (
+                    "the search for the posterior mode (the control variates' centre) did not "
+                    "converge; the control variates may not reduce the variance. Pass center= "
+                    "(e.g. from pm.find_MAP) or set recenter=True."
+                )
+        else:
+            self.center = center_at(eng, parse_point(self._center_arg, eng, "center"))
+        self.proxy = self.center.proxy(self.cv_order)
+        self._center0, self._proxy0 = self.center, self.proxy
+        self._attach_proposal(scaling)
+
+    def _attach_proposal(self, scaling):
+        """Set the proposal up with the Laplace approximation at the current centre."""
+        mean, cov = self.center.laplace(self.loglik_weight)
+        if scaling is None and isinstance(self.proposal, Langevin):
+            sd = np.sqrt(np.diag(cov))
+            scaling = float(np.min(sd) ** 2 * 1.65**2 / self.ndim ** (1 / 3))
+        self.proposal.setup(
+            self.ndim, scaling=scaling, grad_fn=self._minibatch_grad, n_total=self.n_rows,
+            mode=mean, cov=cov,
+        )
+
     def _reset_chain(self):
         super()._reset_chain()
         self._sampler = RowSampler(self.n_rows, self.rng)
+        self.cv_active = self.cv_order > 0
+        self._vcheck = VarianceCheck(min_steps=self.CV_WINDOW // 2)
+        self._cv_verdict = None
+        self._n_steps = 0
+        if self.cv_order:  # a re-centred chain must not hand its centre to the next one
+            self.center, self.proxy = self._center0, self._proxy0
+            self._mean_n, self._mean_q = 0, np.zeros(self.ndim)
+        msg = getattr(self, "_setup_warning", None)
+        if msg:
+            self.warn_once("center", msg)
+
+    def stop_tuning(self):
+        super().stop_tuning()
+        if self.cv_active and self._cv_verdict is False:
+            self.cv_active = False
+            self.warn_once(
+                "cv_off",
+                "the Taylor control variates did not reduce the variance of the per-row terms "
+                f"at the end of tuning (residual/plain variance {self._cv_ratio:.3g}); this chain "
+                "falls back to plain differences, which read more rows per step. A multimodal "
+                "or heavy-tailed likelihood, or a centre far from the posterior, causes this.",
+            )
+        if self.recenter and self.cv_active and self._mean_n > 0:
+            self.center = center_at(self.engine, self._mean_q)
+            self.proxy = self.center.proxy(self.cv_order)
+
+    # ------------------------------------------------------------------ the step
+    def diff_fn(self, q, q_prop):
+        """``rows -> terms`` for the kernel: residuals with control variates, else plain
+        differences. The first call of a step feeds the variance check."""
+        if not self.cv_active:
+            return self.loglik_diff_fn(q, q_prop)
+        eng, c, order = self.engine, self.proxy.center, self.cv_order
+        first = [True]
+
+        def terms(rows):
+            t = eng.loglik_diff_taylor(q, q_prop, c, rows, order)
+            r = residuals(t)
+            if first[0]:
+                first[0] = False
+                self._vcheck.add(t[0], r)
+            return r
+
+        return terms
+
+    def _decide(self, q, q_prop, log_prior_ratio, log_qratio):
+        o1 = log_prior_ratio + log_qratio
+        if self.cv_active:
+            # the proxy's exact sum over all N rows enters the data-free part
+            o1 += self.loglik_weight * self.proxy.sum_diff(q, q_prop)
+        audited = self.audit > 0 and self.rng.random() < self.audit
+        res, stats = self._run_test(self.diff_fn(q, q_prop), o1)
+        accept = bool(res.accept)
+        stats["cv_active"] = self.cv_active
+        stats["audit"] = np.nan
+        if audited:
+            full = log_prior_ratio + log_qratio + self.loglik_weight * (
+                self.engine.full_loglik_diff(q, q_prop)
+            )
+            stats["audit"] = float(self._exact_decision(res, full) == accept)
+        self._after_step(q_prop if accept else q)
+        return accept, stats
+
+    def _after_step(self, q_now):
+        """Variance-check windows while tuning; the running mean for ``recenter``."""
+        if not self.cv_active:
+            return
+        self._n_steps += 1
+        if self.tune:
+            if self.recenter:
+                self._mean_n += 1
+                self._mean_q += (q_now - self._mean_q) / self._mean_n
+            if self._n_steps % self.CV_WINDOW == 0:
+                self._cv_verdict, self._cv_ratio = self._vcheck.verdict(), self._vcheck.ratio
+                self._vcheck.reset()
+        elif self._vcheck.verdict() is False:
+            self.warn_once(
+                "cv_poor",
+                "the Taylor control variates do not reduce the variance of the per-row terms "
+                f"(residual/plain variance {self._vcheck.ratio:.3g}): the test reads more rows "
+                "than plain differences would. Consider control_variate=0 or recenter=True.",
+            )
+
+    @abstractmethod
+    def _run_test(self, terms_fn, log_ratio_o1):
+        """Run the acceptance kernel; return ``(result, stats)``."""
+
+    @abstractmethod
+    def _exact_decision(self, result, full_log_ratio) -> bool:
+        """The exact full-data decision for the randomness ``result`` used (audit)."""

@@ -8,16 +8,12 @@ from __future__ import annotations
 import numbers
 
 import numpy as np
-import scipy.optimize
 
+from ..center import center_at, find_center, parse_point
 from ..glm import SUPPORTED_TEXT, detect_glm, glm_psi
+from ..kernels.control_variates import residuals
 from ..kernels.thinning import AliasTable, smh_test, taylor_phi
 from .base import BASE_STATS, SubsampleStep
-
-try:  # PyTensor >= 2.31 moved graph traversal helpers
-    from pytensor.graph.traversal import ancestors
-except ImportError:  # pragma: no cover
-    from pytensor.graph.basic import ancestors
 
 __all__ = ["ScalableMH"]
 
@@ -25,10 +21,12 @@ __all__ = ["ScalableMH"]
 class ScalableMH(SubsampleStep):
     """Exact subsampling MH (SMH-k): the chain's invariant distribution is the posterior.
 
-    Set-up, once per step object: the posterior mode ``theta_hat`` (L-BFGS on the full
-    data, chunked; or ``mode=``), one pass over the data for the sums of per-row
-    gradients and Hessians at ``theta_hat`` and the per-row bound constants ``psi_i``,
-    and Walker's alias table over ``psi``. A step then:
+    Set-up, once per step object: the posterior mode ``theta_hat`` and the sums of per-row
+    gradients and Hessians there (Newton's method with the exact Hessian, one chunked
+    pass per iteration, :func:`pymc_subsample.center.find_center`; or ``mode=``), the
+    per-row bound constants ``psi_i``, and Walker's alias table over ``psi``. The Taylor
+    control variates are the shared ones of
+    :mod:`pymc_subsample.kernels.control_variates`. A step then:
 
     1. draws a proposal and accepts the data-free first factor exactly (prior, proposal
        ratio and the Taylor approximation ``Uhat_k`` of the whole log-likelihood);
@@ -60,7 +58,7 @@ class ScalableMH(SubsampleStep):
         ``R``: use the exact full-data test when ``phi * Psi >= R``. Default ``N``.
     mode : dict or array, optional
         ``theta_hat``: a point dict (as from ``pm.find_MAP``) or the raveled vector in
-        the step's unconstrained space. Default: found by L-BFGS.
+        the step's unconstrained space. Default: found by Newton's method.
     bounds : "auto", callable or array, default "auto"
         Per-row constants ``psi_i`` bounding the (k+1)-th derivatives of
         ``-log p(x_i | q)``. ``"auto"`` recognises GLMs (see
@@ -97,7 +95,6 @@ class ScalableMH(SubsampleStep):
         bounds="auto",
         tune=True,
         model=None,
-        cache_size=65536,
         **kwargs,
     ):
         if isinstance(order, bool) or order not in (1, 2):
@@ -109,7 +106,6 @@ class ScalableMH(SubsampleStep):
         self._truncation_arg = truncation
         self._mode_arg = mode
         self._bounds_arg = bounds
-        self._cache_size = int(cache_size)
         if proposal is None:
             proposal = "pcn" if self.order == 2 else "preconditioned"
         proposal_kwargs = dict(kwargs.pop("proposal_kwargs", None) or {})
@@ -136,16 +132,13 @@ class ScalableMH(SubsampleStep):
         # cheap checks first, before the mode search and the data pass
         self._check_likelihood_vars()
         self._glm_spec = self._check_bounds_arg()
-        self.theta_hat = self._find_mode(self._mode_arg)
-        # one pass: sums of per-row gradients and Hessians of the log-likelihood at theta_hat
-        _, g_ll, h_ll = eng.full_loglik_hessian(self.theta_hat)
-        _, g_pr, h_pr = eng.prior_hessian(self.theta_hat)
-        self._g_sum = g_ll  # sum_i grad log p(x_i | theta_hat)
-        self._h_sum = h_ll if self.order == 2 else np.zeros_like(h_ll)
-        hess_u = -(h_ll + h_pr)  # Hessian of U = -log posterior at theta_hat
-        cov = _inverse_pd(hess_u)
-        grad_u = -(g_ll + g_pr)
-        gauss_mean = self.theta_hat - cov @ grad_u
+        if self._mode_arg is None:
+            self.center = find_center(eng)
+        else:
+            self.center = center_at(eng, parse_point(self._mode_arg, eng, "mode"))
+        self.theta_hat = self.center.theta
+        self.proxy = self.center.proxy(self.order)
+        gauss_mean, cov = self.center.laplace()
         self.psi = self._bound_constants()
         if self.psi.shape != (self.n_rows,) or not np.all(np.isfinite(self.psi)) or np.any(
             self.psi < 0
@@ -164,7 +157,6 @@ class ScalableMH(SubsampleStep):
             mode=gauss_mean if _proposal_name(self.proposal) == "PCN" else self.theta_hat,
             cov=cov,
         )
-        self._cache = {}
 
     def _check_likelihood_vars(self):
         """Refuse a likelihood that depends on variables this step does not sample.
@@ -174,14 +166,7 @@ class ScalableMH(SubsampleStep):
         ``CompoundStep``) moved a variable of the likelihood, the control variates would
         be stale and the bounds ``lambda_i <= phi * psi_i`` would not hold.
         """
-        eng = self.engine
-        model = eng.model
-        ll = model.logp(vars=model.observed_RVs, sum=True)
-        used = set(ancestors([ll]))
-        mine = set(eng.vars)
-        others = [
-            model.values_to_rvs[v].name for v in model.value_vars if v not in mine and v in used
-        ]
+        others = self.likelihood_vars_of_other_steps()
         if others:
             raise ValueError(
                 "ScalableMH must sample every variable the likelihood depends on: its Taylor "
@@ -201,46 +186,6 @@ class ScalableMH(SubsampleStep):
             raise ValueError(f"ScalableMH needs bound constants. {SUPPORTED_TEXT}")
         return None
 
-    def _find_mode(self, mode):
-        eng = self.engine
-        if mode is not None:
-            if isinstance(mode, dict):
-                missing = [v.name for v in eng.vars if v.name not in mode]
-                if missing:
-                    raise ValueError(
-                        f"mode is missing {', '.join(repr(m) for m in missing)}: a point dict "
-                        "must give the step's value variables in the unconstrained space "
-                        f"(keys {', '.join(repr(v.name) for v in eng.vars)}), as pm.find_MAP "
-                        "returns them."
-                    )
-                q = np.concatenate(
-                    [np.ravel(np.asarray(mode[v.name], dtype=np.float64)) for v in eng.vars]
-                )
-            else:
-                q = np.asarray(mode, dtype=np.float64).ravel()
-            if q.size != self.ndim or not np.all(np.isfinite(q)):
-                raise ValueError(
-                    f"mode must give {self.ndim} finite values in the step's unconstrained "
-                    f"space (variables {', '.join(v.name for v in eng.vars)}), got {q.size}."
-                )
-            return q
-
-        def neg_logp(q):
-            lp, g = eng.prior_and_grad(q)
-            ll, gl = eng.full_loglik_grad(q)
-            val = -(lp + ll)
-            if not np.isfinite(val):
-                return 1e300, np.zeros_like(q)
-            return val, -(g + gl)
-
-        res = scipy.optimize.minimize(
-            neg_logp, eng.initial_q(), jac=True, method="L-BFGS-B",
-            options={"maxiter": 1000, "gtol": 1e-9},
-        )
-        if not np.all(np.isfinite(res.x)):
-            raise RuntimeError("ScalableMH: the search for the posterior mode failed; pass mode=.")
-        return res.x
-
     def _bound_constants(self):
         bounds = self._bounds_arg
         if isinstance(bounds, str):
@@ -250,58 +195,21 @@ class ScalableMH(SubsampleStep):
         return np.asarray(bounds, dtype=np.float64)
 
     # ------------------------------------------------------------------ control variates
-    def _taylor_terms(self, rows):
-        """log p(x_i | theta_hat), its gradient and (order 2) Hessian for ``rows``; cached."""
-        cache = self._cache
-        missing = np.array([r for r in rows.tolist() if r not in cache], dtype=np.int64)
-        if missing.size:
-            if self.order == 2:
-                ll, g, h = self.engine.loglik_rows_hessian(self.theta_hat, missing)
-            else:
-                ll, g = self.engine.loglik_rows_grad(self.theta_hat, missing)
-                h = [None] * missing.size
-            if len(cache) + missing.size > self._cache_size:
-                # evict, but keep the entries this call still reads below
-                keep = {r: cache[r] for r in rows.tolist() if r in cache}
-                cache.clear()
-                cache.update(keep)
-            for i, r in enumerate(missing.tolist()):
-                cache[r] = (ll[i], g[i], h[i])
-        terms = [cache[r] for r in rows.tolist()]
-        ll = np.array([t[0] for t in terms])
-        g = np.array([t[1] for t in terms]).reshape(len(terms), self.ndim)
-        h = np.array([t[2] for t in terms]) if self.order == 2 else None
-        return ll, g, h
-
-    def _uhat_sum(self, q):
-        """``Uhat_k(q) - Uhat_k(theta_hat)`` summed over all rows (O(d^2), no data)."""
-        d = q - self.theta_hat
-        return -(self._g_sum @ d) - 0.5 * (d @ self._h_sum @ d)
-
     def _remainder_fn(self, q, q_prop):
-        """``rows -> R_i(q') - R_i(q)``, ``R_i = U_i - Uhat_{k,i}`` (lambda_i before clipping)."""
+        """``rows -> R_i(q') - R_i(q)``, ``R_i = U_i - Uhat_{k,i}`` (lambda_i before clipping):
+        minus the control-variate residuals, from one engine call (directional
+        derivatives at ``theta_hat``; no per-row Hessian is formed)."""
+        eng, c, order = self.engine, self.theta_hat, self.order
 
         def remainder(rows):
-            rows = np.asarray(rows, dtype=np.int64)
-            ll = self.engine.loglik_pair(q, q_prop, rows)  # (2, n): at q and at q'
-            ll_hat, g, h = self._taylor_terms(rows)
-            d0, d1 = q - self.theta_hat, q_prop - self.theta_hat
-            # Uhat_{k,i}(x) = -ll_hat_i - g_i.d - 1/2 d' H_i d   (d = x - theta_hat)
-            uhat0 = -ll_hat - g @ d0
-            uhat1 = -ll_hat - g @ d1
-            if h is not None:
-                uhat0 = uhat0 - 0.5 * np.einsum("j,njk,k->n", d0, h, d0)
-                uhat1 = uhat1 - 0.5 * np.einsum("j,njk,k->n", d1, h, d1)
-            r0 = -ll[0] - uhat0
-            r1 = -ll[1] - uhat1
-            return r1 - r0
+            return -residuals(eng.loglik_diff_taylor(q, q_prop, c, rows, order))
 
         return remainder
 
     # ------------------------------------------------------------------ the step
     def _decide(self, q, q_prop, log_prior_ratio, log_qratio):
         # first factor: prior, proposal ratio and exp(-Uhat_k), exactly (O(d^2))
-        log_first = log_qratio + log_prior_ratio - (self._uhat_sum(q_prop) - self._uhat_sum(q))
+        log_first = log_qratio + log_prior_ratio + self.proxy.sum_diff(q, q_prop)
         phi = taylor_phi(q, q_prop, self.theta_hat, self.order)
         eng = self.engine
 
@@ -329,14 +237,3 @@ class ScalableMH(SubsampleStep):
 
 def _proposal_name(proposal):
     return type(proposal).__name__
-
-
-def _inverse_pd(h):
-    """Inverse of a symmetric matrix, made positive definite if needed (eigenvalue floor)."""
-    h = 0.5 * (h + h.T)
-    w, v = np.linalg.eigh(h)
-    if np.all(w > 0):
-        return np.linalg.inv(h)
-    floor = max(np.max(np.abs(w)) * 1e-8, 1e-12)
-    w = np.maximum(np.abs(w), floor)
-    return (v / w) @ v.T
