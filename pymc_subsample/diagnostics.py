@@ -15,6 +15,7 @@ __all__ = [
     "convergence",
     "posterior_moments",
     "data_usage_summary",
+    "audit_summary",
     "plot_batch_sizes",
     "plot_data_used",
 ]
@@ -163,6 +164,48 @@ def data_usage_summary(idata, *, n_rows: int | None = None, quantiles=(0.05, 0.5
         if n_rows:
             row["mean_fraction"] = row["mean"] / float(n_rows)
         rows.append(row)
+    return pd.DataFrame(rows).set_index("chain")
+
+
+def audit_summary(idata):
+    """Disagreement of the approximate decisions with the exact full-data ones.
+
+    Reads the ``audit`` stat of :class:`~pymc_subsample.AustereMH` or
+    :class:`~pymc_subsample.BarkerMinibatch` sampled with ``audit > 0``: on a random share
+    of steps the step also took the exact full-data decision for the same proposal and
+    randomness, and recorded 1.0 when both agreed and 0.0 when not.
+
+    Parameters
+    ----------
+    idata : arviz.InferenceData or xarray.DataTree
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per chain plus ``"all"``: ``n_audited``, ``disagreement`` (share of
+        audited decisions that differ from the exact ones; an estimate of the per-step
+        decision error the bias knob causes on this model) and ``mcse`` (its binomial
+        Monte Carlo standard error, ``sqrt(p (1 - p) / n)``; with no disagreement seen,
+        the rule-of-three bound ``3 / n`` is reported instead).
+    """
+    import pandas as pd
+
+    stats = get_group(idata, "sample_stats")
+    audit = _stat(stats, "audit")
+    if audit is None:
+        raise KeyError("sample_stats has no 'audit': sample with AustereMH(audit=...) or "
+                       "BarkerMinibatch(audit=...).")
+    rows = []
+    for label in [int(c) for c in audit["chain"].values] + ["all"]:
+        a = audit.values.reshape(-1) if label == "all" else audit.sel(chain=label).values
+        a = a[np.isfinite(a)]
+        n = int(a.size)
+        p = float(1.0 - a.mean()) if n else float("nan")
+        if n and p > 0:
+            se = float(np.sqrt(p * (1.0 - p) / n))
+        else:
+            se = 3.0 / n if n else float("nan")
+        rows.append({"chain": label, "n_audited": n, "disagreement": p, "mcse": se})
     return pd.DataFrame(rows).set_index("chain")
 
 

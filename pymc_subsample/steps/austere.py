@@ -59,6 +59,10 @@ class AustereMH(GrowingBatchStep):
     recenter : bool, default False
         At the end of tuning, move the centre to the chain's mean over tuning (one more
         pass over the data).
+    init : {"laplace", "model"}, default "laplace"
+        With control variates, each chain starts its tuning from a draw of the Laplace
+        approximation at the centre (as NUTS jitters its start; tuning draws are
+        discarded); ``"model"`` keeps PyMC's initial point.
     audit : float, default 0
         Share of steps on which the exact full-data decision is also taken for the same
         proposal and uniform draw; agreement goes to the ``audit`` stat

@@ -47,7 +47,7 @@ class BarkerMinibatch(GrowingBatchStep):
         :func:`pymc_subsample.kernels.barker.barker_test` for the formula).
     temperature : float, default 1.0
         ``T``: the step targets ``p(theta) prod_i p(x_i | theta)^(1/T)`` (Sec 6.1).
-    control_variate, center, recenter, audit
+    control_variate, center, recenter, init, audit
         As in :class:`~pymc_subsample.AustereMH`. The audit compares with the exact
         Barker decision ``Delta + X > 0`` for the same noise ``X = X_nc + X_corr``.
     proposal, scaling, tune, model

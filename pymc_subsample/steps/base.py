@@ -344,6 +344,7 @@ class GrowingBatchStep(SubsampleStep):
         center=None,
         recenter=False,
         audit=0.0,
+        init="laplace",
         **kwargs,
     ):
         if control_variate is not None and (
@@ -367,6 +368,9 @@ class GrowingBatchStep(SubsampleStep):
                 f"decision is also taken (e.g. 0.01), got {audit!r}."
             )
         self.audit = float(audit)
+        if init not in ("laplace", "model"):
+            raise ValueError(f"init must be 'laplace' or 'model', got {init!r}.")
+        self.init = init
         super().__init__(vars, **kwargs)
         self._set_batches(batch_size, batch_increment)
 
@@ -427,6 +431,7 @@ class GrowingBatchStep(SubsampleStep):
     def _attach_proposal(self, scaling):
         """Set the proposal up with the Laplace approximation at the current centre."""
         mean, cov = self.center.laplace(self.loglik_weight)
+        self._laplace_mean, self._laplace_chol = mean, np.linalg.cholesky(cov)
         if scaling is None and isinstance(self.proposal, Langevin):
             sd = np.sqrt(np.diag(cov))
             scaling = float(np.min(sd) ** 2 * 1.65**2 / self.ndim ** (1 / 3))
@@ -439,6 +444,7 @@ class GrowingBatchStep(SubsampleStep):
         super()._reset_chain()
         self._sampler = RowSampler(self.n_rows, self.rng)
         self.cv_active = self.cv_order > 0
+        self._start_pending = True
         self._vcheck = VarianceCheck(min_steps=self.CV_WINDOW // 2)
         self._cv_verdict = None
         self._n_steps = 0
@@ -465,6 +471,24 @@ class GrowingBatchStep(SubsampleStep):
             self.proxy = self.center.proxy(self.cv_order)
 
     # ------------------------------------------------------------------ the step
+    def astep(self, q0):
+        """One step; with ``init="laplace"`` the first tuning step of a chain first moves
+        the chain to a draw of the Laplace approximation at the centre.
+
+        PyMC's default initial point can lie tens of posterior sd from a tall-data
+        posterior, where a proposal tuned to the posterior's scale moves slowly and a
+        pCN proposal, like an independence sampler, is rejected wherever the posterior's
+        tails are heavier than the Gaussian fit. Like NUTS's jittered initialisation,
+        this changes only where warm-up starts (tuning draws are discarded); the kernel
+        is unchanged. Without tuning the chain starts where PyMC puts it.
+        """
+        if self._start_pending:
+            self._start_pending = False
+            if self.tune and self.cv_order and self.init == "laplace":
+                z = self.rng.standard_normal(self.ndim)
+                q0 = RaveledVars(self._laplace_mean + self._laplace_chol @ z, q0.point_map_info)
+        return super().astep(q0)
+
     def diff_fn(self, q, q_prop):
         """``rows -> terms`` for the kernel: residuals with control variates, else plain
         differences. The first call of a step feeds the variance check."""
