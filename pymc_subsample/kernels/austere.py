@@ -133,6 +133,8 @@ def austere_test(
     log_u: float | None = None,
     sampler: RowSampler | None = None,
     return_first_batch: bool = False,
+    fpc: bool = True,
+    exact_sum: Callable[[], float] | None = None,
 ) -> AustereResult:
     """Approximate MH test as a sequential t-test (Algorithm 1, eqs 2-5).
 
@@ -181,6 +183,14 @@ def austere_test(
         (every row is read, so no sampling is needed).
     return_first_batch : bool, default False
         Store the first batch's ``l_i`` in the result (for :func:`clt_check`).
+    fpc : bool, default True
+        Apply the finite-population correction of eq. 4 (rows drawn without
+        replacement). ``False`` for i.i.d. draws, e.g. the importance-sampled terms
+        ``l_i / (N p_i)`` of El hanchi (2019, Sec. 5), whose mean estimates ``mu`` too.
+    exact_sum : callable, optional
+        ``exact_sum() -> sum_i l_i`` over all ``N`` rows. With i.i.d. draws, ``N`` draws
+        do not cover every row: once ``N`` values have been drawn the decision is taken
+        on this full-data sum instead (the exact MH decision for this ``u``).
 
     Returns
     -------
@@ -298,6 +308,13 @@ def austere_test(
         m2 += bm2 + d * d * n * nb / tot
         n = tot
         total += bsum
+        if n >= n_total and exact_sum is not None:
+            full = float(exact_sum())
+            return AustereResult(
+                accept=bool(lu < o1 + full), data_used=n_total, n_batches=k, exact=True,
+                mean=full / n_total, mu_0=mu0, sd=0.0, t=_NAN, delta=_NAN, log_u=lu,
+                first_batch=first,
+            )
         if n >= n_total:
             # All data seen: the exact MH decision, no t-test (Algorithm 1 with s = 0).
             return AustereResult(
@@ -307,7 +324,8 @@ def austere_test(
             )
         if epsilon > 0.0 and n >= 2:
             # eq. 4: standard error of l_bar with the finite population correction.
-            sd = math.sqrt(m2 / (n - 1) / n * (1.0 - (n - 1) / (n_total - 1)))
+            corr = (1.0 - (n - 1) / (n_total - 1)) if fpc else 1.0
+            sd = math.sqrt(m2 / (n - 1) / n * corr)
             diff = mean - mu0
             if sd > 0.0:
                 t = diff / sd  # eq. 5

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["RowSampler"]
+__all__ = ["RowSampler", "ImportanceSampler"]
 
 
 class RowSampler:
@@ -102,3 +102,44 @@ class RowSampler:
             first = order[np.concatenate([[True], srt[1:] != srt[:-1]])] if srt.size else order
             out = np.concatenate([out, cand[np.sort(first)][: m - out.size]])
         return out
+
+
+class ImportanceSampler:
+    """I.i.d. rows with ``P(X = i) = p_i``: the importance-sampled minibatches of El hanchi
+    (2019, "Adaptive subsampling...", Sec. 5.1), drawn from Walker's alias table.
+
+    Same interface as :class:`RowSampler` (``draw``, ``restart``, ``n_total``,
+    ``n_drawn``), but rows may repeat; the test then works on the terms
+    ``t_i / (N p_i)``, whose mean is unbiased for ``(1/N) sum_i t_i``.
+
+    Parameters
+    ----------
+    table : AliasTable
+        Built once over the weights (:class:`~pymc_subsample.kernels.thinning.AliasTable`).
+    rng : numpy.random.Generator
+    """
+
+    def __init__(self, table, rng: np.random.Generator):
+        self.table = table
+        self.n_total = int(table.n)
+        self.probs = table.probabilities()
+        self.rng = rng
+        self.n_drawn = 0
+        self._drawn: list[np.ndarray] = []
+
+    def restart(self, rng: np.random.Generator | None = None) -> "ImportanceSampler":
+        self.n_drawn = 0
+        self._drawn = []
+        if rng is not None:
+            self.rng = rng
+        return self
+
+    def drawn(self) -> np.ndarray:
+        """All rows drawn since the last restart, in draw order (with repeats)."""
+        return np.concatenate(self._drawn) if self._drawn else np.empty(0, dtype=np.int64)
+
+    def draw(self, m: int) -> np.ndarray:
+        new = self.table.sample(self.rng, int(m))
+        self._drawn.append(new)
+        self.n_drawn += new.size
+        return new

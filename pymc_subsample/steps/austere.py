@@ -50,8 +50,19 @@ class AustereMH(GrowingBatchStep):
         (:func:`pymc_subsample.design_austerity_test`, worst case, eq. 8): the cheapest
         design whose whole-test error ``E(0, m, epsilon)`` is at most ``max_error``.
         Overrides ``epsilon`` and ``batch_size``.
-    control_variate : {2, 1, 0}, default 2
-        Order of the Taylor control variates; ``0`` is the paper's plain test.
+    control_variate : {None, 2, 1, "saga", 0}, default None
+        The control variate of the per-row terms: Taylor proxies of order 2 or 1 about
+        the centre; ``"saga"``, stored per-row gradients updated at the rows read (El
+        hanchi 2019, Sec. 4-5; memory ``N d`` floats per chain,
+        :class:`~pymc_subsample.kernels.control_variates.StoredGradients`); ``0``, none
+        (the paper's plain test). ``None``: 2, or 0 with a warning when the likelihood
+        depends on variables another step samples (the centre's sums would go stale).
+    sampling : {"uniform", "importance"}, default "uniform"
+        ``"uniform"``: rows without replacement (Algorithm 1). ``"importance"``: i.i.d.
+        rows with ``p_i`` proportional to ``||h_i|| + L_i s`` (El hanchi 2019, Sec. 5.1:
+        per-row gradient norms at the centre plus their change over a posterior-scale
+        move); the t-test then runs on ``t_i / (N p_i)``, without the finite-population
+        correction, and takes the exact full-data decision once ``N`` rows were drawn.
     center : dict or array, optional
         Centre of the control variates (a point dict as from ``pm.find_MAP``, or the
         raveled unconstrained vector). Default: the posterior mode, found by Newton's
@@ -131,7 +142,8 @@ class AustereMH(GrowingBatchStep):
                 self.n_rows, self.batch_size, self.epsilon, batch_increment=self.batch_increment
             )
 
-    def _run_test(self, terms_fn, log_ratio_o1):
+    def _run_test(self, terms_fn, log_ratio_o1, exact_sum):
+        iid = self.is_table is not None
         res = austere_test(
             self.rng,
             terms_fn,
@@ -144,7 +156,9 @@ class AustereMH(GrowingBatchStep):
             # the kept draws: checked on the first step after tuning
             return_first_batch=self.epsilon > 0 and not self.tune and "clt" not in self._warned,
             # epsilon = 0 reads every row: the kernel then reads them in order
-            sampler=self._sampler.restart(self.rng) if self.epsilon > 0 else None,
+            sampler=self._sampler.restart(self.rng) if self.epsilon > 0 or iid else None,
+            fpc=not iid,
+            exact_sum=exact_sum if iid else None,
         )
         if res.first_batch is not None and res.first_batch.size > 2:
             ok, msg = clt_check(res.first_batch, self.n_rows)

@@ -48,7 +48,7 @@ class BarkerMinibatch(GrowingBatchStep):
     temperature : float, default 1.0
         ``T``: the step targets ``p(theta) prod_i p(x_i | theta)^(1/T)`` (Sec 6.1).
     control_variate, center, recenter, init, audit
-        As in :class:`~pymc_subsample.AustereMH`. The audit compares with the exact
+        As in :class:`~pymc_subsample.AustereMH` (uniform rows only). The audit compares with the exact
         Barker decision ``Delta + X > 0`` for the same noise ``X = X_nc + X_corr``.
     proposal, scaling, tune, model
         As in :class:`~pymc_subsample.AustereMH` (without control variates: a random walk
@@ -101,6 +101,11 @@ class BarkerMinibatch(GrowingBatchStep):
         self.temperature = float(temperature)
         self.loglik_weight = 1.0 / self.temperature  # the tempered target, for set-up
         self.error = error
+        if kwargs.get("sampling", "uniform") != "uniform":
+            raise ValueError(
+                "BarkerMinibatch draws rows uniformly without replacement (its variance "
+                "estimate and Lemma 3 assume it); sampling='importance' is AustereMH's."
+            )
         self.correction = default_correction()
         self._r_max = float(max(self.correction.probs)) / float(self.correction.h)
         super().__init__(
@@ -108,7 +113,7 @@ class BarkerMinibatch(GrowingBatchStep):
             scaling=scaling, tune=tune, model=model, **kwargs,
         )
 
-    def _run_test(self, terms_fn, log_ratio_o1):
+    def _run_test(self, terms_fn, log_ratio_o1, exact_sum):
         check_clt = not self.tune and "clt" not in self._warned  # first kept draw
         first = []
 

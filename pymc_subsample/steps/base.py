@@ -26,8 +26,15 @@ from pymc.util import get_random_generator, get_value_vars_from_user_vars
 
 from ..center import center_at, find_center, parse_point
 from ..engine import LikelihoodEngine
-from ..kernels.control_variates import ORDERS, VarianceCheck, residuals
-from ..kernels.rows import RowSampler
+from ..kernels.control_variates import (
+    ORDERS,
+    StoredGradients,
+    VarianceCheck,
+    importance_weights,
+    residuals,
+)
+from ..kernels.rows import ImportanceSampler, RowSampler
+from ..kernels.thinning import AliasTable
 from ..proposals import Langevin, as_proposal
 
 try:  # PyTensor >= 2.31 moved graph traversal helpers
@@ -345,6 +352,7 @@ class GrowingBatchStep(SubsampleStep):
         recenter=False,
         audit=0.0,
         init="laplace",
+        sampling="uniform",
         **kwargs,
     ):
         if control_variate is not None and (
@@ -352,14 +360,17 @@ class GrowingBatchStep(SubsampleStep):
         ):
             raise ValueError(
                 f"control_variate must be 2 (second-order Taylor control variates), 1 (first "
-                f"order), 0 (none: the paper's plain test) or None (2 where possible, the "
-                f"default), got {control_variate!r}."
+                f"order), 'saga' (stored per-row gradients), 0 (none: the paper's plain test) "
+                f"or None (2 where possible, the default), got {control_variate!r}."
             )
         self._cv_arg = control_variate
-        self.cv_order = 2 if control_variate is None else int(control_variate)
+        # cv: 0 (none), 1 or 2 (Taylor order) or "saga"; cv_order is truthy iff a centre
+        # is used (1 for "saga": its stored gradients start at the centre's)
+        self.cv = 2 if control_variate is None else control_variate
+        self.cv_order = 1 if self.cv == "saga" else int(self.cv)
         if self.cv_order == 0 and center is not None:
             raise ValueError("center= is the centre of the control variates: it needs "
-                             "control_variate=1 or 2.")
+                             "control_variate=1 or 2 (or 'saga').")
         self._center_arg = center
         self.recenter = bool(recenter)
         if isinstance(audit, bool) or not isinstance(audit, numbers.Real) or not 0 <= audit <= 1:
@@ -371,6 +382,9 @@ class GrowingBatchStep(SubsampleStep):
         if init not in ("laplace", "model"):
             raise ValueError(f"init must be 'laplace' or 'model', got {init!r}.")
         self.init = init
+        if sampling not in ("uniform", "importance"):
+            raise ValueError(f"sampling must be 'uniform' or 'importance', got {sampling!r}.")
+        self.sampling = sampling
         super().__init__(vars, **kwargs)
         self._set_batches(batch_size, batch_increment)
 
@@ -403,13 +417,18 @@ class GrowingBatchStep(SubsampleStep):
                 "more rows per step). Add them to vars= to use control variates.",
                 UserWarning, stacklevel=5,
             )
-            self.cv_order = 0
+            self.cv, self.cv_order = 0, 0
         if proposal is None:
             order = 0 if scaling is not None else self.cv_order
             self.default_proposal = self.DEFAULT_PROPOSALS[order]
+        if self.sampling == "importance" and self.cv_order == 0:
+            # the importance weights come from per-row gradients at the centre
+            self.cv_order = -1  # a centre, but no control variate
         return super()._choose_proposal(proposal, scaling)
 
     def _setup_proposal(self, scaling):
+        self.saga = None
+        self.is_table = None
         if self.cv_order == 0:
             self.center = self.proxy = None
             return super()._setup_proposal(scaling)
@@ -424,9 +443,35 @@ class GrowingBatchStep(SubsampleStep):
                 )
         else:
             self.center = center_at(eng, parse_point(self._center_arg, eng, "center"))
-        self.proxy = self.center.proxy(self.cv_order)
+        self.proxy = self.center.proxy(self.cv) if self.cv in (1, 2) else None
         self._center0, self._proxy0 = self.center, self.proxy
         self._attach_proposal(scaling)
+        if self.cv == "saga" or self.sampling == "importance":
+            self._setup_row_terms()
+
+    #: largest memory, in bytes, for SAGA's stored per-row gradients (two copies)
+    SAGA_MEMORY = 4 * 2**30
+
+    def _setup_row_terms(self):
+        """One pass of per-row gradients at the centre: SAGA's starting store and/or the
+        importance weights of El hanchi (2019, Sec. 5.1)."""
+        n, d = self.n_rows, self.ndim
+        if self.cv == "saga" and 2 * n * d * 8 > self.SAGA_MEMORY:
+            raise MemoryError(
+                f"control_variate='saga' stores {n:,} x {d} per-row gradients per chain "
+                f"({2 * n * d * 8 / 2**30:.1f} GiB with the initial copy), over the "
+                f"{self.SAGA_MEMORY / 2**30:.0f} GiB limit: use control_variate=2 (Taylor), "
+                "which stores nothing per row."
+            )
+        eng, c = self.engine, self.center.theta
+        rows = np.arange(n)
+        _, g = eng.loglik_rows_grad(c, rows, chunk=8192)
+        if self.cv == "saga":
+            self.saga = StoredGradients(g)
+        if self.sampling == "importance":
+            z = np.random.default_rng(0).standard_normal(d)  # set-up, not sampling
+            _, g_moved = eng.loglik_rows_grad(c + self._laplace_chol @ z, rows, chunk=8192)
+            self.is_table = AliasTable(importance_weights(g, g_moved))
 
     def _attach_proposal(self, scaling):
         """Set the proposal up with the Laplace approximation at the current centre."""
@@ -442,8 +487,13 @@ class GrowingBatchStep(SubsampleStep):
 
     def _reset_chain(self):
         super()._reset_chain()
-        self._sampler = RowSampler(self.n_rows, self.rng)
-        self.cv_active = self.cv_order > 0
+        if self.is_table is not None:
+            self._sampler = ImportanceSampler(self.is_table, self.rng)
+        else:
+            self._sampler = RowSampler(self.n_rows, self.rng)
+        if self.saga is not None:
+            self.saga.reset()
+        self.cv_active = self.cv != 0
         self._start_pending = True
         self._vcheck = VarianceCheck(min_steps=self.CV_WINDOW // 2)
         self._cv_verdict = None
@@ -466,9 +516,9 @@ class GrowingBatchStep(SubsampleStep):
                 "falls back to plain differences, which read more rows per step. A multimodal "
                 "or heavy-tailed likelihood, or a centre far from the posterior, causes this.",
             )
-        if self.recenter and self.cv_active and self._mean_n > 0:
+        if self.recenter and self.cv_active and self.proxy is not None and self._mean_n > 0:
             self.center = center_at(self.engine, self._mean_q)
-            self.proxy = self.center.proxy(self.cv_order)
+            self.proxy = self.center.proxy(self.cv)
 
     # ------------------------------------------------------------------ the step
     def astep(self, q0):
@@ -489,40 +539,63 @@ class GrowingBatchStep(SubsampleStep):
                 q0 = RaveledVars(self._laplace_mean + self._laplace_chol @ z, q0.point_map_info)
         return super().astep(q0)
 
-    def diff_fn(self, q, q_prop):
-        """``rows -> terms`` for the kernel: residuals with control variates, else plain
-        differences. The first call of a step feeds the variance check."""
+    def cv_sum(self, q, q_prop) -> float:
+        """The control variate's exact sum over all rows (0 without control variates)."""
         if not self.cv_active:
-            return self.loglik_diff_fn(q, q_prop)
-        eng, c, order = self.engine, self.proxy.center, self.cv_order
-        first = [True]
+            return 0.0
+        if self.saga is not None:
+            return self.saga.sum_diff(q, q_prop)
+        return self.proxy.sum_diff(q, q_prop)
+
+    def diff_fn(self, q, q_prop):
+        """``rows -> terms`` for the kernel: the control-variate residuals (or the plain
+        differences), divided by ``N p_i`` for importance-sampled rows. The first call of
+        a step feeds the variance check."""
+        eng, cv = self.engine, self.cv if self.cv_active else 0
+        first = [self.cv_active]
+        scale = None if self.is_table is None else self.n_rows * self._sampler.probs
 
         def terms(rows):
-            t = eng.loglik_diff_taylor(q, q_prop, c, rows, order)
-            r = residuals(t)
+            if cv in (1, 2):
+                t = eng.loglik_diff_taylor(q, q_prop, self.proxy.center, rows, cv)
+                plain, r = t[0], residuals(t)
+            else:
+                plain = r = eng.loglik_diff(q, q_prop, rows)
+                if cv == "saga":
+                    r = self.saga.residuals(plain, rows, q, q_prop)
             if first[0]:
                 first[0] = False
-                self._vcheck.add(t[0], r)
-            return r
+                self._vcheck.add(plain, r)
+            return r if scale is None else r / scale[rows]
 
         return terms
 
     def _decide(self, q, q_prop, log_prior_ratio, log_qratio):
         o1 = log_prior_ratio + log_qratio
-        if self.cv_active:
-            # the proxy's exact sum over all N rows enters the data-free part
-            o1 += self.loglik_weight * self.proxy.sum_diff(q, q_prop)
+        cv_sum = self.cv_sum(q, q_prop)
+        # the control variate's exact sum over all N rows enters the data-free part
+        o1 += self.loglik_weight * cv_sum
+        eng = self.engine
+
+        def exact_sum():  # sum_i of the terms over all rows (i.i.d. draws reached N)
+            return eng.full_loglik_diff(q, q_prop) - cv_sum
+
         audited = self.audit > 0 and self.rng.random() < self.audit
-        res, stats = self._run_test(self.diff_fn(q, q_prop), o1)
+        res, stats = self._run_test(self.diff_fn(q, q_prop), o1, exact_sum)
         accept = bool(res.accept)
         stats["cv_active"] = self.cv_active
         stats["audit"] = np.nan
         if audited:
             full = log_prior_ratio + log_qratio + self.loglik_weight * (
-                self.engine.full_loglik_diff(q, q_prop)
+                eng.full_loglik_diff(q, q_prop)
             )
             stats["audit"] = float(self._exact_decision(res, full) == accept)
-        self._after_step(q_prop if accept else q)
+        q_now = q_prop if accept else q
+        if self.saga is not None and self.cv_active and res.data_used < self.n_rows:
+            rows = np.unique(self._sampler.drawn())
+            if rows.size:
+                self.saga.update(rows, eng.loglik_rows_grad(q_now, rows)[1])
+        self._after_step(q_now)
         return accept, stats
 
     def _after_step(self, q_now):
@@ -546,8 +619,9 @@ class GrowingBatchStep(SubsampleStep):
             )
 
     @abstractmethod
-    def _run_test(self, terms_fn, log_ratio_o1):
-        """Run the acceptance kernel; return ``(result, stats)``."""
+    def _run_test(self, terms_fn, log_ratio_o1, exact_sum):
+        """Run the acceptance kernel; return ``(result, stats)``. ``exact_sum()`` gives the
+        terms' sum over all rows (for i.i.d. importance-sampled rows)."""
 
     @abstractmethod
     def _exact_decision(self, result, full_log_ratio) -> bool:
