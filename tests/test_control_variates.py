@@ -16,7 +16,13 @@ from pymc_subsample.center import find_center
 from pymc_subsample.datasets import make_logistic
 from pymc_subsample.diagnostics import audit_summary
 from pymc_subsample.engine import LikelihoodEngine
-from pymc_subsample.kernels.control_variates import TaylorProxy, VarianceCheck, residuals
+from pymc_subsample.kernels.control_variates import (
+    StoredGradients,
+    TaylorProxy,
+    VarianceCheck,
+    importance_weights,
+    residuals,
+)
 
 from helpers import mcse_mean, posterior, run_sample, sample_stats, sampler_warnings
 
@@ -381,3 +387,100 @@ def test_barker_reports_lemma3_beside_its_estimate(logit_small):
     assert np.all(st["lemma3_error"].values[approx] >= 6.4 / np.sqrt(
         st["data_used"].values[approx]) * 0.9)
     assert np.all(st["clt_error"].values[approx] <= 0.01)
+
+
+# ---------------------------------------------------------------------- El hanchi's options
+
+
+def test_stored_gradients_keep_their_sum_and_reset():
+    rng = np.random.default_rng(8)
+    g0 = rng.normal(size=(50, 3))
+    sg = StoredGradients(g0)
+    rows = np.array([1, 7, 9])
+    new = rng.normal(size=(3, 3))
+    sg.update(rows, new)
+    expect = g0.copy()
+    expect[rows] = new
+    np.testing.assert_allclose(sg.total, expect.sum(0), atol=1e-12)
+    q, qp = rng.normal(size=3), rng.normal(size=3)
+    l = rng.normal(size=50)
+    r = sg.residuals(l[rows], rows, q, qp)
+    np.testing.assert_allclose(r, l[rows] - new @ (qp - q))
+    # the identity: S . u + sum of all residuals = sum of l
+    assert sg.sum_diff(q, qp) + sg.residuals(l, np.arange(50), q, qp).sum() == pytest.approx(l.sum())
+    sg.reset()
+    np.testing.assert_array_equal(sg.h, g0)
+
+
+def test_importance_sampled_terms_are_unbiased():
+    """mean of t_i / (N p_i) over i.i.d. rows from p estimates (1/N) sum t_i."""
+    from pymc_subsample.kernels.rows import ImportanceSampler
+    from pymc_subsample.kernels.thinning import AliasTable
+
+    rng = np.random.default_rng(9)
+    n = 400
+    g, g2 = rng.normal(size=(n, 2)), rng.normal(size=(n, 2))
+    w = importance_weights(g, g2)
+    assert np.all(w > 0)
+    t = np.linalg.norm(g, axis=1) * rng.choice([-1, 1], n) + 0.3
+    s = ImportanceSampler(AliasTable(w), rng)
+    rows = s.draw(200_000)
+    assert s.n_drawn == 200_000 and s.drawn().size == 200_000
+    z = t[rows] / (n * s.probs[rows])
+    se = z.std() / math.sqrt(z.size)
+    assert abs(z.mean() - t.mean()) < 4 * se
+    # importance sampling with weights tracking |t| beats uniform sampling here
+    assert z.var() < t.var()
+
+
+def test_austere_kernel_iid_mode_takes_the_exact_sum_at_n_draws():
+    from pymc_subsample.kernels.austere import austere_test
+    from pymc_subsample.kernels.rows import ImportanceSampler
+    from pymc_subsample.kernels.thinning import AliasTable
+
+    rng = np.random.default_rng(10)
+    l = rng.normal(0, 1, 300)
+    calls = []
+
+    def exact():
+        calls.append(1)
+        return float(l.sum())
+
+    s = ImportanceSampler(AliasTable(np.ones(300)), rng)
+    res = austere_test(rng, lambda rows: l[rows], 300, 0.0, epsilon=1e-9, batch_size=100,
+                       sampler=s, fpc=False, exact_sum=exact)
+    assert res.exact and res.data_used == 300 and calls == [1]
+    assert res.accept == (res.log_u < l.sum())
+
+
+@pytest.mark.parametrize("kw", [dict(control_variate="saga"),
+                                dict(control_variate=0, sampling="importance"),
+                                dict(control_variate="saga", sampling="importance")],
+                         ids=["saga", "importance", "is-saga"])
+def test_el_hanchi_options_sample(logit_small, kw):
+    with logit_small:
+        step = pms.AustereMH(**kw)
+    idata = run_sample(logit_small, step, draws=300, tune=300, chains=1, seed=SEED)
+    st = sample_stats(idata)
+    used = st["data_used"].values
+    assert used.mean() < 5000 * 0.6
+    b = posterior(idata)["b"].values.reshape(-1, 3)
+    with logit_small:
+        c = find_center(pms.AustereMH(control_variate=0).engine)
+    mean, cov = c.laplace()
+    assert np.all(np.abs(b.mean(0) - mean) < 1.0 * np.sqrt(np.diag(cov)))
+
+
+def test_el_hanchi_options_refused_where_they_do_not_apply(logit_small):
+    with logit_small:
+        with pytest.raises(ValueError, match="sampling='importance' is AustereMH's"):
+            pms.BarkerMinibatch(sampling="importance")
+        with pytest.raises(ValueError, match="sampling must be"):
+            pms.AustereMH(sampling="stratified")
+        old = pms.AustereMH.SAGA_MEMORY
+        try:
+            pms.AustereMH.SAGA_MEMORY = 1000
+            with pytest.raises(MemoryError, match="control_variate=2"):
+                pms.AustereMH(control_variate="saga")
+        finally:
+            pms.AustereMH.SAGA_MEMORY = old
