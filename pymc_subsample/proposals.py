@@ -451,10 +451,15 @@ class RandomWalk(Proposal):
 
     Notes
     -----
+    When the step gives :meth:`setup` a ``cov`` (AustereMH and BarkerMinibatch with
+    control variates: the Laplace approximation at the centre) and no scale was given,
+    the proposal starts in the covariance form with it, ``q + c (2.38/sqrt(d)) L eps``;
+    with ``adapt_covariance=True`` the estimate from the chain's draws then replaces it
+    (Haario et al. 2001), for posteriors the Laplace fit describes poorly.
     ``scaling`` reports the mean over dimensions of the marginal proposal standard
     deviation (``c * mean(s)`` for the diagonal form, ``mean(sqrt(diag(Cprop)))``
     with ``Cprop`` the proposal covariance for the adaptive form). ``setup``'s
-    ``grad_fn``, ``n_total``, ``mode`` and ``cov`` are ignored.
+    ``grad_fn``, ``n_total`` and ``mode`` are ignored.
     """
 
     symmetric = True
@@ -487,13 +492,19 @@ class RandomWalk(Proposal):
             base = 0.1 * _RW_OPTIMAL / math.sqrt(ndim)
         self._base_sd = _scale_vector(base, ndim, "scaling")
         self.cov_start = self._cov_start_arg if self._cov_start_arg is not None else max(2 * ndim, 100)
+        # a covariance from the step (the Laplace approximation at the control variates'
+        # centre) and no scale from anyone: start in the covariance form with it
+        self._cov_L0 = None
+        if cov is not None and self._user_scaling is None and scaling is None:
+            f = _CovFactor(cov, ndim, "cov")
+            self._cov_L0 = np.diag(f.sd) if f.diagonal else f.L
 
     def _reset_state(self):
         self._adapter.start(0.0, -40.0, self._log_max_up)
         self._mult = 1.0
         self._sd = self._base_sd.copy()
         # adaptive covariance
-        self._cov_L = None  # Cholesky of regularised covariance estimate (None: diagonal mode)
+        self._cov_L = self._cov_L0  # Cholesky factor of the covariance (None: diagonal mode)
         self._L_scaled = None
         self._w_n = 0
         self._w_mean = np.zeros(self.ndim)

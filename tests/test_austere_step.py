@@ -663,7 +663,8 @@ def earnings():
 def test_earnings_matches_posteriordb_reference(earnings, eps, allow):
     model, ref = earnings
     with model:
-        step = AustereMH(epsilon=eps, batch_size=100, proposal_kwargs={"adapt_covariance": True})
+        step = AustereMH(epsilon=eps, batch_size=100, control_variate=0,
+                         proposal_kwargs={"adapt_covariance": True})
     idata = _sample(model, step, draws=2000, tune=1000, chains=2)
     beta = _draws(idata, "beta")
     ours = {"beta[1]": beta[..., 0], "beta[2]": beta[..., 1], "sigma": _draws(idata, "sigma")[..., 0]}

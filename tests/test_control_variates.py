@@ -484,3 +484,14 @@ def test_el_hanchi_options_refused_where_they_do_not_apply(logit_small):
                 pms.AustereMH(control_variate="saga")
         finally:
             pms.AustereMH.SAGA_MEMORY = old
+
+
+def test_random_walk_starts_from_the_laplace_covariance(logit_small):
+    """proposal="random_walk" with control variates: the Laplace covariance scaled by
+    2.38^2 / d (then Haario's adaptation with adapt_covariance=True)."""
+    with logit_small:
+        step = pms.AustereMH(proposal="random_walk", proposal_kwargs={"adapt_covariance": True})
+    _, cov = step.center.laplace()
+    np.testing.assert_allclose(step.proposal.proposal_cov, 2.38**2 / 3 * cov, rtol=1e-10)
+    idata = run_sample(logit_small, step, draws=300, tune=400, chains=1, seed=SEED)
+    assert 0.1 < sample_stats(idata)["accepted"].values.mean() < 0.6

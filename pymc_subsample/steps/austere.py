@@ -160,27 +160,19 @@ class AustereMH(GrowingBatchStep):
             fpc=not iid,
             exact_sum=exact_sum if iid else None,
         )
-        if res.first_batch is not None and res.first_batch.size > 2:
+        doubt = None
+        checked = res.first_batch is not None and res.first_batch.size > 2
+        if checked:
             ok, msg = clt_check(res.first_batch, self.n_rows)
             # The t-test's calibration matters only for decisions near its boundary. With
             # -log u ~ Exp(1) (density <= 1), the share of (u, batch) for which the
             # estimated log ratio lies within 3 of its sds ``N s`` of the threshold is at
             # most 6 N s: when that is below epsilon, skewness cannot matter.
             if not ok and 6.0 * self.n_rows * res.sd > self.epsilon:
-                self.warn_once(
-                    "clt",
-                    f"the t-test's normal approximation looks unsafe ({msg}). The approximate "
-                    "test can behave erratically here (sparse data, outliers): raise "
-                    "batch_size, lower epsilon, or use ScalableMH.",
-                )
-            else:
-                self._warned.add("clt")  # checked once per chain
-        if res.nonfinite:
-            self.warn_once(
-                "nonfinite",
-                "a non-finite log-likelihood difference was met and the proposal rejected; "
-                "check the model at the proposed values.",
-            )
+                doubt = (f"the t-test's normal approximation looks unsafe ({msg}). The "
+                         "approximate test can behave erratically here (sparse data, "
+                         "outliers): raise batch_size, lower epsilon, or use ScalableMH.")
+        self._report_test(res, checked, doubt)
         return res, {
             "data_used": int(res.data_used),
             "n_batches": int(res.n_batches),

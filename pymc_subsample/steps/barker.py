@@ -136,25 +136,17 @@ class BarkerMinibatch(GrowingBatchStep):
             sampler=self._sampler.restart(self.rng),
             error=self.error,
         )
-        if first and first[0].size > 2 and not res.exact and not res.nonfinite:
+        doubt = None
+        checked = bool(first) and first[0].size > 2 and not res.exact and not res.nonfinite
+        if checked:
             ok, msg = clt_check(first[0] / self.temperature, self.n_rows)
             # Whatever the shape of Delta*'s law, |P(Delta* + Z > 0) - P(G + Z > 0)| <=
             # r_max W_1(Delta*, G) <= 2 r_max s (Z = X_nc + X_corr has density <= r_max,
             # G ~ N(Delta, s^2)): when that is below delta, skewness cannot matter.
             if not ok and 2.0 * self._r_max * math.sqrt(res.delta_var) > self.delta:
-                self.warn_once(
-                    "clt",
-                    f"the normal approximation of Delta* looks doubtful ({msg}); the "
-                    "acceptance error may exceed delta. Raise batch_size or use ScalableMH.",
-                )
-            else:
-                self._warned.add("clt")  # checked once per chain
-        if res.nonfinite:
-            self.warn_once(
-                "nonfinite",
-                "a NaN or +inf log-likelihood difference was met and the proposal rejected; "
-                "check the model at the current and proposed values.",
-            )
+                doubt = (f"the normal approximation of Delta* looks doubtful ({msg}); the "
+                         "acceptance error may exceed delta. Raise batch_size or use ScalableMH.")
+        self._report_test(res, checked, doubt)
         return res, {
             "data_used": int(res.data_used),
             "n_batches": int(res.n_batches),

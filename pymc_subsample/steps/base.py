@@ -618,6 +618,21 @@ class GrowingBatchStep(SubsampleStep):
                 "than plain differences would. Consider control_variate=0 or recenter=True.",
             )
 
+    def _report_test(self, res, checked: bool, clt_doubt: str | None):
+        """Warnings about one test, each once per chain: a doubtful normal approximation
+        (``clt_doubt``, when the CLT was ``checked``, on the first kept draw) and
+        non-finite terms (the test rejected)."""
+        if clt_doubt is not None:
+            self.warn_once("clt", clt_doubt)
+        if checked:
+            self._warned.add("clt")  # checked once per chain
+        if res.nonfinite:
+            self.warn_once(
+                "nonfinite",
+                "a NaN or +inf log-likelihood difference was met and the proposal rejected; "
+                "check the model at the current and proposed values.",
+            )
+
     @abstractmethod
     def _run_test(self, terms_fn, log_ratio_o1, exact_sum):
         """Run the acceptance kernel; return ``(result, stats)``. ``exact_sum()`` gives the
