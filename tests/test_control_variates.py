@@ -292,8 +292,8 @@ def test_audit_agrees_with_the_exact_decisions(logit_small, cls):
 class _AcceptAll(pms.AustereMH):
     """A deliberately broken sampler: accepts every proposal, whatever the test says."""
 
-    def _run_test(self, terms_fn, log_ratio_o1):
-        res, stats = super()._run_test(terms_fn, log_ratio_o1)
+    def _run_test(self, terms_fn, log_ratio_o1, exact_sum):
+        res, stats = super()._run_test(terms_fn, log_ratio_o1, exact_sum)
         return res.__class__(**{**{f: getattr(res, f) for f in res.__slots__}, "accept": True}), stats
 
 
