@@ -495,3 +495,17 @@ def test_random_walk_starts_from_the_laplace_covariance(logit_small):
     np.testing.assert_allclose(step.proposal.proposal_cov, 2.38**2 / 3 * cov, rtol=1e-10)
     idata = run_sample(logit_small, step, draws=300, tune=400, chains=1, seed=SEED)
     assert 0.1 < sample_stats(idata)["accepted"].values.mean() < 0.6
+
+
+def test_warns_when_the_laplace_fit_is_poor(logit_small):
+    """A centre far from the posterior: the chain's tuning mean lies many Laplace sds away
+    and the step says so (and stays quiet on the same model with the default centre)."""
+    with logit_small:
+        good = pms.AustereMH()
+        far = pms.AustereMH(center=good.center.theta + 1.0, init="model", proposal="random_walk")
+    msgs = []
+    for step in (good, far):
+        idata = run_sample(logit_small, step, draws=20, tune=300, chains=1, seed=SEED,
+                           keep_warning_stat=True)
+        msgs.append(sampler_warnings(idata, "Laplace sds")[0])
+    assert msgs[0] == [] and len(msgs[1]) == 1, msgs

@@ -500,13 +500,51 @@ class GrowingBatchStep(SubsampleStep):
         self._n_steps = 0
         if self.cv_order:  # a re-centred chain must not hand its centre to the next one
             self.center, self.proxy = self._center0, self._proxy0
-            self._mean_n, self._mean_q = 0, np.zeros(self.ndim)
+            self._mean_n, self._mean_q, self._rows_tuning = 0, np.zeros(self.ndim), 0
         msg = getattr(self, "_setup_warning", None)
         if msg:
             self.warn_once("center", msg)
 
+    #: warn when the tuning mean lies more than this many Laplace sds from its mean
+    LAPLACE_WARN_SD = 3.0
+
+    def _check_laplace_fit(self):
+        """Warn when the chain's mean over tuning is far from the Laplace approximation
+        that the default proposal and the control variates are built on (e.g. a funnel of
+        a hierarchical model): the draws may then not have mixed, and nothing else would
+        say so, since the step's own stats can look normal."""
+        if not self.cv_order or self._mean_n < 50:
+            return
+        rows = self._rows_tuning / self._mean_n
+        if self.cv_active and rows > 2 * self.batch_size and rows > 0.1 * self.n_rows:
+            self.warn_once(
+                "cv_rows",
+                f"with control variates the test still read {rows:,.0f} rows per step during "
+                f"tuning ({100 * rows / self.n_rows:.0f}% of the data): the Taylor proxy "
+                "about the centre leaves large residuals, so the Laplace fit there is poor "
+                "(a funnel-shaped hierarchical posterior, for instance) and the chain may not "
+                "mix. Check R-hat and ESS; consider recenter=True, another parameterisation, "
+                "or NUTS.",
+                kind=WarningType.CONVERGENCE,
+            )
+        sd = np.sqrt(np.einsum("ij,ij->i", self._laplace_chol, self._laplace_chol))
+        z = np.abs(self._mean_q - self._laplace_mean) / sd
+        if np.max(z) > self.LAPLACE_WARN_SD:
+            self.warn_once(
+                "laplace",
+                f"the chain's mean over tuning lies {np.max(z):.1f} Laplace sds from the "
+                f"Laplace approximation at the centre (coordinate {int(np.argmax(z))} of the "
+                "step's unconstrained space): the Gaussian fit that the default proposal and "
+                "control variates rely on is poor here (a funnel-shaped hierarchical "
+                "posterior, for instance), and the chain may not mix. Check R-hat and ESS; "
+                "consider recenter=True, proposal='random_walk' with "
+                "proposal_kwargs={'adapt_covariance': True}, another parameterisation, or NUTS.",
+                kind=WarningType.CONVERGENCE,
+            )
+
     def stop_tuning(self):
         super().stop_tuning()
+        self._check_laplace_fit()
         if self.cv_active and self._cv_verdict is False:
             self.cv_active = False
             self.warn_once(
@@ -595,18 +633,20 @@ class GrowingBatchStep(SubsampleStep):
             rows = np.unique(self._sampler.drawn())
             if rows.size:
                 self.saga.update(rows, eng.loglik_rows_grad(q_now, rows)[1])
-        self._after_step(q_now)
+        self._after_step(q_now, res.data_used)
         return accept, stats
 
-    def _after_step(self, q_now):
-        """Variance-check windows while tuning; the running mean for ``recenter``."""
+    def _after_step(self, q_now, data_used):
+        """The chain's running mean and rows read over tuning (for ``recenter`` and the
+        checks of the Laplace fit) and the variance-check windows."""
+        if self.cv_order and self.tune:
+            self._mean_n += 1
+            self._mean_q += (q_now - self._mean_q) / self._mean_n
+            self._rows_tuning += data_used
         if not self.cv_active:
             return
         self._n_steps += 1
         if self.tune:
-            if self.recenter:
-                self._mean_n += 1
-                self._mean_q += (q_now - self._mean_q) / self._mean_n
             if self._n_steps % self.CV_WINDOW == 0:
                 self._cv_verdict, self._cv_ratio = self._vcheck.verdict(), self._vcheck.ratio
                 self._vcheck.reset()

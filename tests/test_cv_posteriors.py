@@ -1,0 +1,483 @@
+"""AustereMH and BarkerMinibatch at their DEFAULT knobs (``pms.AustereMH()``,
+``pms.BarkerMinibatch()``: second-order Taylor control variates about the Newton mode,
+pCN proposal reversible for the Laplace approximation there, warm-up from a Laplace
+draw) against exact references, on three synthetic tall models and the four posteriordb
+posteriors.
+
+Runs: 2 chains x 10,000 draws after 1,000 tuning steps, fixed seeds, ``cores=1``, from
+PyMC's default initial point; nothing is passed to the steps.
+
+References:
+
+- ``logistic`` (N = 20,000, d = 5, correlated unstandardised predictors),
+  ``hierarchical`` (N = 4,000, 20 groups, integer indices, non-centred
+  ``mu + tau * z[g]``) and ``robust_t`` (Student-t, nu = 4, unknown sigma,
+  N = 10,000): PyMC NUTS on the same model, 4 chains x 1,000 draws (bulk ESS 1,000-5,000
+  per component; see ``NUTS_REF`` for the set-up), computed once per run by a
+  module-scoped fixture (under ``-n 2`` shared by the two workers through a file lock);
+- posteriordb ``sblrc-blr``, ``kidiq-kidscore_momiq``, ``earnings-logearn_height``,
+  ``nes1980-nes``: the reference draws (10 x 1,000 Stan draws) and PyMC models of
+  ``test_reference_posteriors.py`` / ``benchmarks/models.py``.
+
+Criterion (:func:`check`), for every scalar component: bulk ESS (ArviZ, rank-normalised)
+>= 100 and
+
+    |mean - ref_mean| <= 0.1 ref_sd + 4 sqrt(mcse_mean^2 + ref_mcse_mean^2)
+    |sd - ref_sd|     <= 0.1 ref_sd + 4 sqrt(mcse_sd^2 + ref_mcse_sd^2)
+
+(MCSEs from each set's own multi-chain ESS). The mean rows read per step (``data_used``)
+must be reported, in ``(0, N]``, and is printed.
+
+Measured (PyMC 5.28, ``pytest -m slow tests/test_cv_posteriors.py -n 2 -rA``; errors in
+reference sds, worst component; seconds = step set-up + sampling, references excluded):
+
+    ======================= =============== ======== ====== ======== ========== ===== ======
+    model                   step            max|dm|  max|ds| min ESS  rows/step  s     result
+    ======================= =============== ======== ====== ======== ========== ===== ======
+    logistic                AustereMH       0.021    0.032   18451   515/20000   16   pass
+    logistic                BarkerMinibatch 0.038    0.023    4675   100/20000   11   pass
+    hierarchical            AustereMH       1.426    0.568       4  1225/4000    28   XFAIL
+    hierarchical            BarkerMinibatch 1.253    0.468       3  2311/4000    92   XFAIL
+    robust_t                AustereMH       0.012    0.036   18236   511/10000   18   pass
+    robust_t                BarkerMinibatch 0.007    0.025    4692   100/10000   16   pass
+    sblrc-blr               AustereMH       0.028    0.018    4021   100/100 *   11   pass
+    sblrc-blr               BarkerMinibatch 0.023    0.021    3248   100/100     12   pass
+    kidiq-kidscore_momiq    AustereMH       0.032    0.008   14424   434/434 *   13   pass
+    kidiq-kidscore_momiq    BarkerMinibatch 0.030    0.007    4629   101/434     12   pass
+    earnings-logearn_height AustereMH       0.014    0.011   14929   503/1192    14   pass
+    earnings-logearn_height BarkerMinibatch 0.020    0.022    5133   100/1192    12   pass
+    nes1980-nes             AustereMH       0.021    0.018    9114   503/701     11   pass
+    nes1980-nes             BarkerMinibatch 0.050    0.027    3417   113/701     16   pass
+    sblrc-blr               accept-all (b)  0.416    0.059   18991   100/100     13   caught
+    ======================= =============== ======== ====== ======== ========== ===== ======
+
+    (*) batch_size 500 >= N: AustereMH is exact MH there. (b) the broken sampler of
+    test_check_catches_a_sampler_that_accepts_everything.
+
+NUTS references: about 60 s (logistic), 27 s (robust_t) and 64 s (hierarchical). Whole
+file: 229 s wall, 444 s CPU with ``-n 2`` on PyMC 5.28 (a quiet machine); PyMC 6.4: the
+same draws and figures (its NUTS reference of the hierarchical model differs: max|dm|
+1.557 / 1.376), 431 s wall while another test suite shared the two cores.
+
+Hierarchical model (strict xfail). Every component has a bulk ESS of 3-5 out of 20,000
+draws (tau 1.4 / 1.3 reference sds too high), and the tests read 31% / 58% of the rows.
+Cause: the geometry of the non-centred form with data-rich groups (200 rows each), not
+the approximate tests. The default centre is the joint posterior mode, where tau = 1.98,
+far from the posterior mass (tau = 0.80 +- 0.14, NUTS); the Laplace approximation
+there is a poor Gaussian for the curved (tau, z) ridge, so the pCN proposal that is
+reversible for it tunes to tiny moves, and the control variates centred there leave
+large residuals. Checks (PyMC 5, 2 x 10,000 draws, Geyer ESS): exact MH with the same
+proposal (``AustereMH(epsilon=0)``) has ESS 11 and tau +1.7 sd; a random walk
+(``proposal="random_walk"`` or ``control_variate=0``) ESS 9-13, tau -0.7 to -1.0 sd.
+The same posterior in the centred form (``a ~ Normal(mu, tau)``, ``a[g]``) passes at the
+defaults: max|dm| 0.03 / 0.05 sd, ESS >= 4,456 / 1,313, 566 / 170 rows per step.
+
+Robust regression: before the steps' warm-up started from a Laplace draw (``init=
+"laplace"``), it failed from PyMC's initial point (beta = 0, sigma = 5; ESS 6-14, means
+29-250 sd off). The pCN proposal acts like an independence sampler, and the Student-t
+posterior's tails are heavier than the Gaussian fit: log(pi / pi_Laplace) is 74,000 nats
+higher there than at the mode, so every move towards the mode is rejected and tuning
+shrinks the pCN step to 0.006 (``init="model"`` still shows this).
+
+Power of the check: the chain of a sampler that accepts every pCN proposal is made of
+i.i.d. Laplace draws. On logistic, robust_t, kidiq and earnings the Laplace approximation
+is within 0.1 sd of the posterior (max|dm| 0.01-0.10), so the check would NOT catch that
+bug there. It does on sblrc-blr (sigma -0.42 sd, the case tested), nes1980-nes (0.25 sd)
+and the hierarchical model.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import test_reference_posteriors as refpost  # noqa: E402  (posteriordb loaders)
+from helpers import run_sample, sample_stats, sampler_warnings  # noqa: E402
+
+M = refpost.M  # benchmarks/models.py: posteriordb loaders, multi-chain ESS / MCSE
+
+# ---------------------------------------------------------------------------- criteria
+BIAS = 0.1  # allowed |mean error| (and |sd error|) in reference posterior sds
+K = 4.0  # Monte Carlo standard errors (sampler and reference combined) on top
+MIN_ESS = 100  # bulk ESS of every scalar component
+CHAINS, TUNE, DRAWS = 2, 1_000, 10_000
+SEEDS = {"AustereMH": 20140621, "BarkerMinibatch": 20170801}
+
+
+def bulk_ess(x) -> float:
+    """Rank-normalised (bulk) ESS of ``(chains, draws)`` draws (ArviZ; the same number
+    under ArviZ 0.23 and 1.x)."""
+    import arviz as az
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return float(np.asarray(az.ess(np.asarray(x, dtype=float), method="bulk")))
+
+
+def check(draws: dict, ref: dict, *, bias=BIAS, k=K, min_ess=MIN_ESS):
+    """Compare sampler draws with reference draws, component by component.
+
+    ``draws`` and ``ref`` map labels (``beta[0]``, ``sigma``) to ``(chains, draws)``
+    arrays. A component passes when its bulk ESS is at least ``min_ess`` and
+
+        |mean - ref_mean| <= bias * ref_sd + k * sqrt(mcse_mean^2 + ref_mcse_mean^2)
+        |sd - ref_sd|     <= bias * ref_sd + k * sqrt(mcse_sd^2 + ref_mcse_sd^2)
+
+    with the Monte Carlo standard errors from each set's own multi-chain ESS
+    (:func:`benchmarks.models.mcse_mean_sd`: ``sd / sqrt(ESS)``, the sd's by the delta
+    method). NaNs (a stuck chain) fail. Returns ``(rows, failures)``: one dict per
+    component and the labels that failed.
+    """
+    rows, failures = [], []
+    for label, x in draws.items():
+        r = np.asarray(ref[label], dtype=float)
+        x = np.asarray(x, dtype=float)
+        ref_mean, ref_sd = float(r.mean()), float(r.std(ddof=1))
+        ref_mcse_m, ref_mcse_s = M.mcse_mean_sd(r)
+        mcse_m, mcse_s = M.mcse_mean_sd(x)
+        row = {
+            "label": label,
+            "ess": bulk_ess(x),
+            "dmean": (float(x.mean()) - ref_mean) / ref_sd,
+            "tol_mean": bias + k * math.hypot(mcse_m, ref_mcse_m) / ref_sd,
+            "dsd": (float(x.std(ddof=1)) - ref_sd) / ref_sd,
+            "tol_sd": bias + k * math.hypot(mcse_s, ref_mcse_s) / ref_sd,
+        }
+        ok = (
+            row["ess"] >= min_ess
+            and abs(row["dmean"]) <= row["tol_mean"]
+            and abs(row["dsd"]) <= row["tol_sd"]
+        )
+        rows.append(row)
+        if not ok:
+            failures.append(label)
+    return rows, failures
+
+
+def report(rows) -> str:
+    head = f"{'param':<10}{'bulk ESS':>10}{'dmean/sd':>10}{'tol':>8}{'dsd/sd':>9}{'tol':>8}"
+    body = [
+        f"{r['label']:<10}{r['ess']:10.0f}{r['dmean']:+10.3f}{r['tol_mean']:8.3f}"
+        f"{r['dsd']:+9.3f}{r['tol_sd']:8.3f}"
+        for r in rows
+    ]
+    return "\n".join([head, *body])
+
+
+def summary(rows) -> dict:
+    return {
+        "max_err": max(abs(r["dmean"]) for r in rows),
+        "max_sd_err": max(abs(r["dsd"]) for r in rows),
+        "min_ess": min(r["ess"] for r in rows),
+    }
+
+
+# ---------------------------------------------------------------------------- models
+def logistic_model():
+    """Logistic regression, N = 20,000, d = 5: an intercept and four correlated,
+    unstandardised predictors (age-like 45 +- 12, a dose 3.5 +- 1.2, a 0/1 indicator,
+    income-like 50 +- 20; latent correlations 0.1-0.6), ``beta ~ Normal(0, 5)``. The
+    posterior sds span 0.001 to 0.07 and the intercept is strongly correlated with the
+    slopes."""
+    import pymc as pm
+
+    rng = np.random.default_rng(11)
+    n = 20_000
+    corr = np.array([[1, .6, .3, .5], [.6, 1, .4, .2], [.3, .4, 1, .1], [.5, .2, .1, 1.]])
+    z = rng.standard_normal((n, 4)) @ np.linalg.cholesky(corr).T
+    X = np.column_stack([np.ones(n), 45 + 12 * z[:, 0], 3.5 + 1.2 * z[:, 1],
+                         (z[:, 2] > 0.3).astype(float), 50 + 20 * z[:, 3]])
+    beta = np.array([-1.0, 0.03, -0.4, 0.8, -0.01])
+    y = (rng.random(n) < 1 / (1 + np.exp(-X @ beta))).astype(np.int64)
+    with pm.Model() as model:
+        b = pm.Normal("beta", 0.0, 5.0, shape=5)
+        pm.Bernoulli("y", logit_p=pm.math.dot(X, b), observed=y)
+    return model
+
+
+def hierarchical_model():
+    """Hierarchical logistic regression, N = 4,000 rows in 20 groups (integer indices
+    ``g``, about 200 rows each), non-centred: ``logit p = mu + tau * z[g] + b * x`` with
+    ``z ~ Normal(0, 1)``, ``tau ~ HalfNormal(1)``, ``mu ~ Normal(0, 2)``,
+    ``b ~ Normal(0, 2)`` and an uncentred covariate ``x ~ N(2, 1.5^2)``."""
+    import pymc as pm
+
+    rng = np.random.default_rng(12)
+    n, groups = 4_000, 20
+    g = rng.integers(0, groups, n)
+    x = rng.normal(2.0, 1.5, n)
+    a_true = rng.normal(-0.5, 0.6, groups)
+    y = (rng.random(n) < 1 / (1 + np.exp(-(a_true[g] + 0.4 * x)))).astype(np.int64)
+    with pm.Model() as model:
+        mu = pm.Normal("mu", 0.0, 2.0)
+        tau = pm.HalfNormal("tau", 1.0)
+        z = pm.Normal("z", 0.0, 1.0, shape=groups)
+        b = pm.Normal("b", 0.0, 2.0)
+        pm.Bernoulli("y", logit_p=mu + tau * z[g] + b * x, observed=y)
+    return model
+
+
+def robust_model():
+    """Student-t robust regression, N = 10,000: ``y ~ StudentT(nu=4, mu=X @ beta,
+    sigma)`` with an intercept and two correlated predictors (one uncentred, 10 +- 3),
+    ``beta ~ Normal(0, 10)``, ``sigma ~ HalfNormal(5)`` (true sigma 1.5)."""
+    import pymc as pm
+
+    rng = np.random.default_rng(13)
+    n = 10_000
+    x1 = rng.normal(10.0, 3.0, n)
+    x2 = 0.5 * (x1 - 10.0) / 3.0 + rng.standard_normal(n)
+    X = np.column_stack([np.ones(n), x1, x2])
+    y = X @ np.array([2.0, 0.5, -1.0]) + 1.5 * rng.standard_t(4, n)
+    with pm.Model() as model:
+        b = pm.Normal("beta", 0.0, 10.0, shape=3)
+        sigma = pm.HalfNormal("sigma", 5.0)
+        pm.StudentT("y", nu=4, mu=pm.math.dot(X, b), sigma=sigma, observed=y)
+    return model
+
+
+SYNTHETIC = {
+    "logistic": logistic_model,
+    "hierarchical": hierarchical_model,
+    "robust_t": robust_model,
+}
+
+# NUTS references (PyMC's own sampler, 4 chains): ``mass="hessian"`` starts the chains at
+# pm.find_MAP with the inverse of pm.find_hessian as a fixed dense mass matrix (the
+# unstandardised logistic regression is ill-conditioned: NUTS from the initial point with
+# jitter left a chain stuck, adapt_full from it spends minutes in max-depth trees while
+# tuning); ``mass="adapt_full"`` adapts a dense mass matrix from the initial point (the
+# hierarchical posterior's joint mode, tau = 1.98, is far from its bulk, tau = 0.80 +- 0.14,
+# so a Hessian there is a poor mass matrix).
+NUTS_REF = {
+    "logistic": {"mass": "hessian", "tune": 500, "draws": 1_000, "seed": 31},
+    "hierarchical": {"mass": "adapt_full", "tune": 1_000, "draws": 1_000, "seed": 32},
+    "robust_t": {"mass": "hessian", "tune": 500, "draws": 1_000, "seed": 33},
+}
+REF_MIN_ESS = 400  # a reference with less is not one (RuntimeError, not a test failure)
+
+
+def _nuts_reference_draws(name: str) -> dict:
+    import pymc as pm
+
+    cfg = NUTS_REF[name]
+    model = SYNTHETIC[name]()
+    with model, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        kw = dict(draws=cfg["draws"], tune=cfg["tune"], chains=4, cores=1,
+                  random_seed=cfg["seed"], progressbar=False, compute_convergence_checks=False)
+        if cfg["mass"] == "hessian":
+            start = pm.find_MAP(progressbar=False)
+            hess = pm.find_hessian(start)
+            step = pm.NUTS(scaling=hess, is_cov=False, target_accept=0.9)
+            init = {v.name: start[v.name] for v in model.value_vars}
+            idata = pm.sample(step=step, initvals=init, **kw)
+        else:
+            idata = pm.sample(init=cfg["mass"], target_accept=0.9, **kw)
+    divergences = int(np.sum(sample_stats(idata)["diverging"].values))
+    draws = refpost._flat_draws(idata)
+    low = {k: round(bulk_ess(v)) for k, v in draws.items() if bulk_ess(v) < REF_MIN_ESS}
+    if low or divergences > 4:
+        raise RuntimeError(
+            f"NUTS reference for {name} is unreliable: {divergences} divergences, "
+            f"bulk ESS below {REF_MIN_ESS}: {low}"
+        )
+    return draws
+
+
+def _xdist_shared_dir(tmp_path_factory):
+    """Under pytest-xdist (with ``filelock``), the base temp folder shared by the workers
+    of this run, so that a NUTS reference is computed once per run instead of once per
+    worker; None otherwise."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return None
+    try:
+        import filelock  # noqa: F401
+    except ImportError:
+        return None
+    return tmp_path_factory.getbasetemp().parent
+
+
+@pytest.fixture(scope="module")
+def references(tmp_path_factory):
+    """``name -> (model, label -> (chains, draws) reference draws)``, each computed once
+    per module (and, under xdist, once per run: a file lock in the run's base temp
+    folder)."""
+    cache = {}
+    shared = _xdist_shared_dir(tmp_path_factory)
+
+    def get(name):
+        if name in cache:
+            return cache[name]
+        if name in SYNTHETIC:
+            if shared is None:
+                draws = _nuts_reference_draws(name)
+            else:
+                import filelock
+
+                path = shared / f"cv_posteriors_ref_{name}.npz"
+                with filelock.FileLock(str(path) + ".lock"):
+                    if path.exists():
+                        with np.load(path) as f:
+                            draws = {k: f[k] for k in f.files}
+                    else:
+                        draws = _nuts_reference_draws(name)
+                        tmp = path.with_suffix(".tmp.npz")
+                        np.savez(tmp, **draws)
+                        os.replace(tmp, path)
+            cache[name] = (SYNTHETIC[name](), draws)
+        else:
+            data, ref = refpost._posterior(name)
+            cache[name] = (M.posteriordb_model(name, data), ref.draws)
+        return cache[name]
+
+    return get
+
+
+# ---------------------------------------------------------------------------- runs
+def run_default(model, step_cls, seed):
+    """``step_cls()`` with no arguments, 2 chains x 10,000 draws after 1,000 tuning
+    steps, from PyMC's default initial point. Returns ``(idata, seconds)`` (step set-up,
+    i.e. the mode search and compilation, included)."""
+    t0 = time.perf_counter()
+    with model, warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        step = step_cls()
+        idata = run_sample(model, step, draws=DRAWS, tune=TUNE, chains=CHAINS, seed=seed,
+                           cores=1, keep_warning_stat=True)
+    return idata, time.perf_counter() - t0
+
+
+def rows_per_step(idata, n_rows) -> float:
+    """Mean ``data_used`` over the kept draws; asserts the stat is reported and sane."""
+    stats = sample_stats(idata)
+    assert "data_used" in stats, "the step does not report data_used"
+    used = np.asarray(stats["data_used"].values, dtype=float)
+    assert used.shape[:2] == (CHAINS, DRAWS)
+    assert np.all(np.isfinite(used)) and used.min() >= 0 and used.max() <= n_rows
+    mean = float(used.mean())
+    assert 0 < mean <= n_rows
+    return mean
+
+
+def n_rows_of(model) -> int:
+    (obs,) = model.observed_RVs
+    return int(np.shape(model.rvs_to_values[obs].data)[0])
+
+
+def evaluate(name, method, references, step_cls=None):
+    """Run ``method`` (or ``step_cls``) on ``name`` and compare; returns the pieces."""
+    import pymc_subsample as pms
+
+    model, ref = references(name)
+    step_cls = step_cls or getattr(pms, method)
+    idata, seconds = run_default(model, step_cls, SEEDS[method])
+    n = n_rows_of(model)
+    used = rows_per_step(idata, n)
+    rows, failures = check(refpost._flat_draws(idata), ref)
+    s = summary(rows)
+    stats = sample_stats(idata)
+    line = (
+        f"{name} x {step_cls.__name__}: max|mean err|/sd {s['max_err']:.3f}, max|sd err|/sd "
+        f"{s['max_sd_err']:.3f}, min bulk ESS {s['min_ess']:.0f}, rows/step {used:.1f} of "
+        f"{n}, acceptance {float(np.mean(stats['accepted'].values)):.3f}, cv_active "
+        f"{float(np.mean(stats['cv_active'].values)):.2f}, {seconds:.1f} s"
+    )
+    warned = sorted({w for chain in sampler_warnings(idata) for w in chain})
+    return line, rows, failures, warned
+
+
+# ---------------------------------------------------------------------------- tests
+XFAIL_HIER = pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
+    "non-centred hierarchical logistic: the default centre is the joint mode (tau 1.98, "
+    "posterior 0.80 +- 0.14), the Laplace fit there is poor and the pCN proposal barely "
+    "mixes: bulk ESS 4 / 3 of 20,000 draws, tau +1.43 / +1.25 sd (AustereMH / "
+    "BarkerMinibatch, PyMC 5), 1225 / 2311 of 4000 rows per step; exact MH with the same "
+    "proposal fails too, the centred form passes (module docstring)"
+))
+
+# Longest first, and the two hierarchical runs apart: under ``-n 2`` the first four go to
+# the two workers in pairs, so the hierarchical reference is computed (once) by the
+# first worker while the second starts on other models.
+_ORDER = [
+    ("hierarchical", "BarkerMinibatch"),
+    ("logistic", "AustereMH"),
+    ("robust_t", "AustereMH"),
+    ("logistic", "BarkerMinibatch"),
+    ("robust_t", "BarkerMinibatch"),
+    ("hierarchical", "AustereMH"),
+    *[(folder, method) for folder in refpost.POSTERIORS
+      for method in ("AustereMH", "BarkerMinibatch")],
+]
+_MARKS = {"hierarchical": [XFAIL_HIER], **{f: [refpost.requires_posteriordb]
+                                           for f in refpost.POSTERIORS}}
+CASES = [pytest.param(name, method, marks=_MARKS.get(name, []), id=f"{name}-{method}")
+         for name, method in _ORDER]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name, method", CASES)
+def test_default_step_matches_reference(name, method, references, record_property):
+    line, rows, failures, warned = evaluate(name, method, references)
+    record_property("summary", line)
+    print(f"\n{line}\n{report(rows)}")
+    for w in warned:
+        print(f"  sampler warning: {w}")
+    assert not failures, (
+        f"{line}\n{failures} outside {BIAS} sd + {K} MCSE or bulk ESS < {MIN_ESS}:\n"
+        f"{report(rows)}"
+    )
+
+
+def _accept_everything():
+    """AustereMH whose test always says accept (a deliberately broken sampler)."""
+    import dataclasses
+
+    from pymc_subsample import AustereMH
+
+    class AcceptEverything(AustereMH):
+        def _run_test(self, *args, **kwargs):
+            res, stats = super()._run_test(*args, **kwargs)
+            return dataclasses.replace(res, accept=True), stats
+
+    return AcceptEverything
+
+
+@pytest.mark.slow
+@refpost.requires_posteriordb
+def test_check_catches_a_sampler_that_accepts_everything(references, record_property):
+    """The same run and the same check with the accept/reject test removed: every pCN
+    proposal is accepted, tuning drives it to ``rho = 0`` and the chain is i.i.d. draws
+    from the Laplace approximation, whose sigma (and beta) means are off by several tenths
+    of a posterior sd on sblrc-blr (N = 100)."""
+    line, rows, failures, _ = evaluate("sblrc-blr", "AustereMH", references,
+                                       step_cls=_accept_everything())
+    record_property("summary", line)
+    print(f"\n{line}\n{report(rows)}")
+    assert failures, f"the check did not catch the broken sampler:\n{report(rows)}"
+    assert any(abs(r["dmean"]) > r["tol_mean"] for r in rows), report(rows)
+
+
+@pytest.mark.parametrize("method", ["AustereMH", "BarkerMinibatch"])
+def test_hierarchical_failure_is_not_silent(method):
+    """Where the defaults fail (the non-centred hierarchical model above: ESS 3-5), the
+    step must say so: its control variates leave large residuals and it warns at the end
+    of tuning through PyMC's sampler-warning mechanism."""
+    import pymc_subsample as pms
+
+    model = hierarchical_model()
+    model = model[0] if isinstance(model, tuple) else model
+    with model:
+        step = getattr(pms, method)()
+    idata = run_sample(model, step, draws=20, tune=600, chains=1, seed=SEEDS[method],
+                       keep_warning_stat=True)
+    found = sampler_warnings(idata, "the Laplace fit there is poor")
+    assert len(found[0]) == 1, sampler_warnings(idata)
