@@ -81,7 +81,8 @@ def inverse_pd(h):
     h = 0.5 * (h + h.T)
     w, v = np.linalg.eigh(h)
     if np.all(w > 0) and w.min() > 1e-12 * w.max():
-        return 0.5 * (np.linalg.inv(h) + np.linalg.inv(h).T)
+        inv = np.linalg.inv(h)
+        return 0.5 * (inv + inv.T)
     floor = max(np.max(np.abs(w)) * 1e-8, 1e-12)
     w = np.maximum(np.abs(w), floor)
     return (v / w) @ v.T

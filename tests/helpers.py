@@ -80,3 +80,18 @@ def sampler_warnings(idata, match=""):
     for chain in stat:
         out.append([w.message for w in chain.ravel() if w is not None and match in w.message])
     return out
+
+
+def hierarchical_logistic(y, g, x, groups):
+    """Non-centred hierarchical logistic regression with integer group indices ``g``:
+    ``logit p = mu + tau * z[g] + b * x``, ``z ~ Normal(0, 1)``, ``tau ~ HalfNormal(1)``,
+    ``mu ~ Normal(0, 2)``, ``b ~ Normal(0, 2)``."""
+    import pymc as pm
+
+    with pm.Model() as model:
+        mu = pm.Normal("mu", 0.0, 2.0)
+        tau = pm.HalfNormal("tau", 1.0)
+        z = pm.Normal("z", 0.0, 1.0, shape=groups)
+        b = pm.Normal("b", 0.0, 2.0)
+        pm.Bernoulli("y", logit_p=mu + tau * z[g] + b * x, observed=y)
+    return model

@@ -24,7 +24,14 @@ from pymc_subsample.kernels.control_variates import (
     residuals,
 )
 
-from helpers import mcse_mean, posterior, run_sample, sample_stats, sampler_warnings
+from helpers import (
+    hierarchical_logistic,
+    mcse_mean,
+    posterior,
+    run_sample,
+    sample_stats,
+    sampler_warnings,
+)
 
 SEED = 20261123
 
@@ -133,13 +140,7 @@ def grouped():
     g = rng.integers(0, k, n)
     x = rng.normal(size=n)
     y = (rng.random(n) < 1 / (1 + np.exp(-(0.5 * x + rng.normal(size=k)[g])))).astype(int)
-    with pm.Model() as model:
-        mu = pm.Normal("mu", 0, 2)
-        tau = pm.HalfNormal("tau", 1)
-        z = pm.Normal("z", 0, 1, shape=k)
-        b = pm.Normal("b", 0, 2)
-        pm.Bernoulli("y", logit_p=mu + tau * z[g] + b * x, observed=y)
-    return model
+    return hierarchical_logistic(y, g, x, k)
 
 
 @pytest.mark.parametrize("order", [1, 2])

@@ -100,7 +100,12 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import test_reference_posteriors as refpost  # noqa: E402  (posteriordb loaders)
-from helpers import run_sample, sample_stats, sampler_warnings  # noqa: E402
+from helpers import (  # noqa: E402
+    hierarchical_logistic,
+    run_sample,
+    sample_stats,
+    sampler_warnings,
+)
 
 M = refpost.M  # benchmarks/models.py: posteriordb loaders, multi-chain ESS / MCSE
 
@@ -208,21 +213,13 @@ def hierarchical_model():
     ``g``, about 200 rows each), non-centred: ``logit p = mu + tau * z[g] + b * x`` with
     ``z ~ Normal(0, 1)``, ``tau ~ HalfNormal(1)``, ``mu ~ Normal(0, 2)``,
     ``b ~ Normal(0, 2)`` and an uncentred covariate ``x ~ N(2, 1.5^2)``."""
-    import pymc as pm
-
     rng = np.random.default_rng(12)
     n, groups = 4_000, 20
     g = rng.integers(0, groups, n)
     x = rng.normal(2.0, 1.5, n)
     a_true = rng.normal(-0.5, 0.6, groups)
     y = (rng.random(n) < 1 / (1 + np.exp(-(a_true[g] + 0.4 * x)))).astype(np.int64)
-    with pm.Model() as model:
-        mu = pm.Normal("mu", 0.0, 2.0)
-        tau = pm.HalfNormal("tau", 1.0)
-        z = pm.Normal("z", 0.0, 1.0, shape=groups)
-        b = pm.Normal("b", 0.0, 2.0)
-        pm.Bernoulli("y", logit_p=mu + tau * z[g] + b * x, observed=y)
-    return model
+    return hierarchical_logistic(y, g, x, groups)
 
 
 def robust_model():

@@ -472,6 +472,7 @@ class GrowingBatchStep(SubsampleStep):
             z = np.random.default_rng(0).standard_normal(d)  # set-up, not sampling
             _, g_moved = eng.loglik_rows_grad(c + self._laplace_chol @ z, rows, chunk=8192)
             self.is_table = AliasTable(importance_weights(g, g_moved))
+            self._is_scale = n * self.is_table.probabilities()  # N p_i, once
 
     def _attach_proposal(self, scaling):
         """Set the proposal up with the Laplace approximation at the current centre."""
@@ -591,7 +592,7 @@ class GrowingBatchStep(SubsampleStep):
         a step feeds the variance check."""
         eng, cv = self.engine, self.cv if self.cv_active else 0
         first = [self.cv_active]
-        scale = None if self.is_table is None else self.n_rows * self._sampler.probs
+        scale = None if self.is_table is None else self._is_scale
 
         def terms(rows):
             if cv in (1, 2):
