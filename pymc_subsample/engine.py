@@ -652,6 +652,12 @@ class LikelihoodEngine:
             *self.gather(self._as_rows(rows)),
         )
 
+    def loglik_sum(self, q, rows) -> float:
+        """Sum of the rows' log-likelihood."""
+        return float(self._fn("ll_sum")(
+            np.asarray(q, dtype=np.float64), *self.gather(self._as_rows(rows))
+        ))
+
     def loglik_sum_grad(self, q, rows):
         """Sum of the rows' log-likelihood and its gradient with respect to ``q``."""
         if np.size(rows) == 0:

@@ -21,9 +21,11 @@ from dataclasses import dataclass
 
 import numpy as np
 import pytensor.tensor as pt
+import pytensor.scalar as ps
 from pytensor.tensor.elemwise import Elemwise
 
 from .kernels.bounds import glm_bound_constants
+from .kernels.region import local_sup
 
 try:
     from pytensor.graph.traversal import ancestors
@@ -37,7 +39,7 @@ SUPPORTED_TEXT = (
     "variables only through a linear predictor eta_i = x_i . beta (+ intercept): "
     "pm.Bernoulli with logit_p=eta (or p=pm.math.invlogit(eta)); pm.StudentT(nu, mu=eta, "
     "sigma) with nu and sigma fixed numbers or data; pm.Normal(mu=eta, sigma) with sigma "
-    "fixed. For any other model pass bounds=callable: bounds(order) -> array of N per-row "
+    "fixed; pm.Poisson(mu=pm.math.exp(eta)) (region bounds only). For any other model pass bounds=callable: bounds(order) -> array of N per-row "
     "constants psi_i >= sup |(order+1)-th partial derivatives of -log p(x_i | q)| over the "
     "step's unconstrained space (Cornish et al. 2019, eq. 12), or that array itself."
 )
@@ -116,6 +118,16 @@ def detect_glm(model) -> GLMSpec:
         spec = GLMSpec(
             "normal", rv.name, mu, {"sigma": _fixed_value(sigma, "scale sigma", rv.name, model)}
         )
+    elif kind == "PoissonRV":
+        (mu,) = params
+        if mu.owner is None or not (
+            isinstance(mu.owner.op, Elemwise) and isinstance(mu.owner.op.scalar_op, ps.Exp)
+        ):
+            raise ValueError(
+                f"ScalableMH bounds='auto': observed '{rv.name}' is Poisson but not with a log "
+                "link (use mu=pm.math.exp(eta)). " + SUPPORTED_TEXT
+            )
+        spec = GLMSpec("poisson_log", rv.name, mu.owner.inputs[0], {})
     else:
         raise ValueError(
             f"ScalableMH bounds='auto' does not know the likelihood of observed '{rv.name}' "
@@ -144,7 +156,8 @@ def _check_affine(engine, eta_fn, q_hat, rng_seed=0):
     return True
 
 
-def glm_psi(engine, spec: GLMSpec, order: int, q_hat, *, chunk: int = 65536) -> np.ndarray:
+def glm_psi(engine, spec: GLMSpec, order: int, q_hat, *, chunk: int = 65536,
+            whiten=None, radius=None) -> np.ndarray:
     """Per-row bound constants ``psi_i`` (Cornish et al. 2019, eq. 12) for a recognised GLM.
 
     Reads the data once, in chunks of rows (bounded memory; memmap-friendly).
@@ -158,6 +171,14 @@ def glm_psi(engine, spec: GLMSpec, order: int, q_hat, *, chunk: int = 65536) -> 
         Taylor order ``k`` (1 or 2); the bound is on the (k+1)-th derivatives.
     q_hat : ndarray
         The point the Jacobian columns are taken at (any point: they are constant).
+    whiten : ndarray, shape (d, d), optional
+        A matrix ``L`` (the Cholesky factor of the Laplace covariance): the row factor is
+        then ``s_i = ||J_i L||_2`` instead of ``M_i = max_j |J_ij|``, for the whitened
+        bound of :func:`pymc_subsample.kernels.thinning.whitened_phi`.
+    radius : float, optional
+        With ``whiten``: bounds valid on the whitened ball of this radius about ``q_hat``
+        only, from the supremum of ``|f^(k+1)|`` over each row's interval
+        ``eta_hat_i -+ s_i radius`` (:func:`pymc_subsample.kernels.region.local_sup`).
 
     Returns
     -------
@@ -186,15 +207,34 @@ def glm_psi(engine, spec: GLMSpec, order: int, q_hat, *, chunk: int = 65536) -> 
         if np.ndim(nu) and np.unique(nu).size > 1:
             raise ValueError("ScalableMH bounds='auto' needs one nu for all rows. " + SUPPORTED_TEXT)
         nu = float(np.ravel(nu)[0])
+    if radius is not None and whiten is None:
+        raise ValueError("region bounds (radius) need the whitening matrix.")
+    if radius is None and spec.family == "poisson_log":
+        raise ValueError(
+            "ScalableMH: a Poisson likelihood with a log link has no global derivative bound; "
+            "it needs region bounds (region='auto' or a radius, with bound_form='whitened')."
+        )
+    y_fn = None
+    if radius is not None and spec.family == "student_t":
+        y_fn = engine.compile_batch([engine.model[spec.observed]])
     for s in range(0, n, chunk):
         e = min(s + chunk, n)
         data = engine.gather_slice(s, e)
         base = eta(q_hat, data)
-        M = np.zeros(e - s)
-        for j in range(d):
-            M = np.maximum(M, np.abs(eta(q_hat + eye[j], data) - base))
+        J = np.column_stack([eta(q_hat + eye[j], data) - base for j in range(d)])
+        M = np.abs(J).max(axis=1) if whiten is None else np.linalg.norm(J @ whiten, axis=1)
         M *= 1.0 + 1e-7  # rounding margin: the differences of an affine function are exact
-        if spec.family == "bernoulli_logit":
+        if radius is not None:
+            width = M * radius + 1e-9 * (1.0 + np.abs(base))
+            kw = {}
+            if spec.family == "student_t":
+                kw = {"y": np.broadcast_to(y_fn(q_hat, *data)[0], base.shape), "nu": nu,
+                      "sigma": np.broadcast_to(sigma, (n,))[s:e] if np.ndim(sigma) else sigma}
+            elif spec.family == "normal":
+                kw = {"sigma": np.broadcast_to(sigma, (n,))[s:e] if np.ndim(sigma) else sigma}
+            C = local_sup(spec.family, order + 1, base - width, base + width, **kw)
+            psi[s:e] = C * M ** (order + 1)
+        elif spec.family == "bernoulli_logit":
             psi[s:e] = glm_bound_constants("bernoulli_logit", M, order)
         else:
             sig = np.broadcast_to(sigma, (n,))[s:e] if np.ndim(sigma) else float(sigma)

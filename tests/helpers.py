@@ -82,16 +82,23 @@ def sampler_warnings(idata, match=""):
     return out
 
 
-def hierarchical_logistic(y, g, x, groups):
-    """Non-centred hierarchical logistic regression with integer group indices ``g``:
-    ``logit p = mu + tau * z[g] + b * x``, ``z ~ Normal(0, 1)``, ``tau ~ HalfNormal(1)``,
-    ``mu ~ Normal(0, 2)``, ``b ~ Normal(0, 2)``."""
+def hierarchical_logistic(y, g, x, groups, *, centred=False):
+    """Hierarchical logistic regression with integer group indices ``g``, ``mu ~
+    Normal(0, 2)``, ``tau ~ HalfNormal(1)``, ``b ~ Normal(0, 2)``.
+
+    Non-centred (default): ``logit p = mu + tau * z[g] + b * x``, ``z ~ Normal(0, 1)``.
+    ``centred=True``: ``logit p = a[g] + b * x``, ``a ~ Normal(mu, tau)`` (the same
+    posterior; the better form when every group holds many rows)."""
     import pymc as pm
 
     with pm.Model() as model:
         mu = pm.Normal("mu", 0.0, 2.0)
         tau = pm.HalfNormal("tau", 1.0)
-        z = pm.Normal("z", 0.0, 1.0, shape=groups)
+        if centred:
+            a = pm.Normal("a", mu, tau, shape=groups)
+        else:
+            z = pm.Normal("z", 0.0, 1.0, shape=groups)
         b = pm.Normal("b", 0.0, 2.0)
-        pm.Bernoulli("y", logit_p=mu + tau * z[g] + b * x, observed=y)
+        eta = (a[g] if centred else mu + tau * z[g]) + b * x
+        pm.Bernoulli("y", logit_p=eta, observed=y)
     return model

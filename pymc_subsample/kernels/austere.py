@@ -393,8 +393,8 @@ def clt_check(
     ok : bool
         False when any check fails.
     message : str
-        Empty when ``ok``; otherwise a description of every failed check, suitable for a
-        sampler warning.
+        Empty when ``ok``; otherwise a description of every failed check, joined by
+        ``"; "``, for the calling step to put into its sampler warning.
     """
     lv = np.asarray(l_first_batch, dtype=np.float64).ravel()
     n = lv.size
@@ -440,8 +440,4 @@ def clt_check(
             )
     if not problems:
         return True, ""
-    return False, (
-        "the CLT looks unsafe for the Austerity MH t-test (Korattikara et al. 2014, Sec. 4): "
-        + "; ".join(problems)
-        + ". Consider a larger batch_size or an exact step."
-    )
+    return False, "; ".join(problems)

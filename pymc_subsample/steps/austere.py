@@ -169,9 +169,10 @@ class AustereMH(GrowingBatchStep):
             # estimated log ratio lies within 3 of its sds ``N s`` of the threshold is at
             # most 6 N s: when that is below epsilon, skewness cannot matter.
             if not ok and 6.0 * self.n_rows * res.sd > self.epsilon:
-                doubt = (f"the t-test's normal approximation looks unsafe ({msg}). The "
-                         "approximate test can behave erratically here (sparse data, "
-                         "outliers): raise batch_size, lower epsilon, or use ScalableMH.")
+                doubt = (f"the t-test's normal approximation looks unsafe ({msg}); "
+                         "Korattikara et al. (2014, Sec. 4) warn that the test can behave "
+                         "erratically here (sparse data, outliers): raise batch_size, lower "
+                         "epsilon, or use ScalableMH.")
         self._report_test(res, checked, doubt)
         return res, {
             "data_used": int(res.data_used),

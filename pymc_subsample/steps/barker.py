@@ -144,8 +144,9 @@ class BarkerMinibatch(GrowingBatchStep):
             # r_max W_1(Delta*, G) <= 2 r_max s (Z = X_nc + X_corr has density <= r_max,
             # G ~ N(Delta, s^2)): when that is below delta, skewness cannot matter.
             if not ok and 2.0 * self._r_max * math.sqrt(res.delta_var) > self.delta:
-                doubt = (f"the normal approximation of Delta* looks doubtful ({msg}); the "
-                         "acceptance error may exceed delta. Raise batch_size or use ScalableMH.")
+                doubt = (f"the normal approximation of Delta* looks doubtful ({msg}), and "
+                         "Seita et al. (2017) assume it: the acceptance error may exceed "
+                         "delta. Raise batch_size or use ScalableMH.")
         self._report_test(res, checked, doubt)
         return res, {
             "data_used": int(res.data_used),

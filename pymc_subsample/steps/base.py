@@ -127,7 +127,13 @@ class SubsampleStep(ArrayStepShared):
         rng=None,
         initial_point=None,
         proposal_kwargs=None,
+        init="laplace",
     ):
+        if init not in ("laplace", "model"):
+            raise ValueError(f"init must be 'laplace' or 'model', got {init!r}.")
+        self.init = init
+        #: mean and Cholesky factor of the Laplace approximation (set by steps with a centre)
+        self._laplace_mean = self._laplace_chol = None
         model = pm.modelcontext(model)
         if initial_point is None:
             initial_point = model.initial_point()
@@ -246,6 +252,7 @@ class SubsampleStep(ArrayStepShared):
         self._warned = set()
         self._pending = []
         self.tune = self.adapt
+        self._start_pending = True
 
     def set_rng(self, rng):  # PyMC 5: once per chain
         self.rng = get_random_generator(rng, copy=False)
@@ -282,6 +289,24 @@ class SubsampleStep(ArrayStepShared):
 
     # ------------------------------------------------------------------ the step
     def astep(self, q0: RaveledVars):
+        """One step; with ``init="laplace"`` the first tuning step of a chain first moves
+        the chain to a draw of the Laplace approximation at the step's centre (steps
+        that have one).
+
+        PyMC's default initial point can lie tens of posterior sd from a tall-data
+        posterior, where a proposal tuned to the posterior's scale moves slowly, a pCN
+        proposal, like an independence sampler, is rejected wherever the posterior's
+        tails are heavier than the Gaussian fit, and ScalableMH's bounds (which grow with
+        the distance from the centre) make every test read many rows. Like NUTS's
+        jittered initialisation, this changes only where warm-up starts (tuning draws are
+        discarded); the kernel is unchanged. Without tuning the chain starts where PyMC
+        puts it.
+        """
+        if self._start_pending:
+            self._start_pending = False
+            if self.tune and self.init == "laplace" and self._laplace_mean is not None:
+                z = self.rng.standard_normal(self.ndim)
+                q0 = RaveledVars(self._laplace_mean + self._laplace_chol @ z, q0.point_map_info)
         q = q0.data
         q_prop, log_qratio = self.proposal.draw(q, self.rng)
         q_prop = np.asarray(q_prop, dtype=np.float64)
@@ -351,7 +376,6 @@ class GrowingBatchStep(SubsampleStep):
         center=None,
         recenter=False,
         audit=0.0,
-        init="laplace",
         sampling="uniform",
         **kwargs,
     ):
@@ -379,9 +403,6 @@ class GrowingBatchStep(SubsampleStep):
                 f"decision is also taken (e.g. 0.01), got {audit!r}."
             )
         self.audit = float(audit)
-        if init not in ("laplace", "model"):
-            raise ValueError(f"init must be 'laplace' or 'model', got {init!r}.")
-        self.init = init
         if sampling not in ("uniform", "importance"):
             raise ValueError(f"sampling must be 'uniform' or 'importance', got {sampling!r}.")
         self.sampling = sampling
@@ -495,7 +516,6 @@ class GrowingBatchStep(SubsampleStep):
         if self.saga is not None:
             self.saga.reset()
         self.cv_active = self.cv != 0
-        self._start_pending = True
         self._vcheck = VarianceCheck(min_steps=self.CV_WINDOW // 2)
         self._cv_verdict = None
         self._n_steps = 0
@@ -524,8 +544,9 @@ class GrowingBatchStep(SubsampleStep):
                 f"tuning ({100 * rows / self.n_rows:.0f}% of the data): the Taylor proxy "
                 "about the centre leaves large residuals, so the Laplace fit there is poor "
                 "(a funnel-shaped hierarchical posterior, for instance) and the chain may not "
-                "mix. Check R-hat and ESS; consider recenter=True, another parameterisation, "
-                "or NUTS.",
+                "mix. Check R-hat and ESS. For a hierarchical model whose groups each hold "
+                "many rows, write it in the centred form (a ~ Normal(mu, tau), a[g]); "
+                "otherwise consider recenter=True or NUTS.",
                 kind=WarningType.CONVERGENCE,
             )
         sd = np.sqrt(np.einsum("ij,ij->i", self._laplace_chol, self._laplace_chol))
@@ -537,9 +558,11 @@ class GrowingBatchStep(SubsampleStep):
                 f"Laplace approximation at the centre (coordinate {int(np.argmax(z))} of the "
                 "step's unconstrained space): the Gaussian fit that the default proposal and "
                 "control variates rely on is poor here (a funnel-shaped hierarchical "
-                "posterior, for instance), and the chain may not mix. Check R-hat and ESS; "
-                "consider recenter=True, proposal='random_walk' with "
-                "proposal_kwargs={'adapt_covariance': True}, another parameterisation, or NUTS.",
+                "posterior, for instance), and the chain may not mix. Check R-hat and ESS. "
+                "For a hierarchical model whose groups each hold many rows, write it in the "
+                "centred form (a ~ Normal(mu, tau), a[g]), whose joint mode lies in the "
+                "posterior's bulk; otherwise consider recenter=True, proposal='random_walk' "
+                "with proposal_kwargs={'adapt_covariance': True}, or NUTS.",
                 kind=WarningType.CONVERGENCE,
             )
 
@@ -560,24 +583,6 @@ class GrowingBatchStep(SubsampleStep):
             self.proxy = self.center.proxy(self.cv)
 
     # ------------------------------------------------------------------ the step
-    def astep(self, q0):
-        """One step; with ``init="laplace"`` the first tuning step of a chain first moves
-        the chain to a draw of the Laplace approximation at the centre.
-
-        PyMC's default initial point can lie tens of posterior sd from a tall-data
-        posterior, where a proposal tuned to the posterior's scale moves slowly and a
-        pCN proposal, like an independence sampler, is rejected wherever the posterior's
-        tails are heavier than the Gaussian fit. Like NUTS's jittered initialisation,
-        this changes only where warm-up starts (tuning draws are discarded); the kernel
-        is unchanged. Without tuning the chain starts where PyMC puts it.
-        """
-        if self._start_pending:
-            self._start_pending = False
-            if self.tune and self.cv_order and self.init == "laplace":
-                z = self.rng.standard_normal(self.ndim)
-                q0 = RaveledVars(self._laplace_mean + self._laplace_chol @ z, q0.point_map_info)
-        return super().astep(q0)
-
     def cv_sum(self, q, q_prop) -> float:
         """The control variate's exact sum over all rows (0 without control variates)."""
         if not self.cv_active:
@@ -589,9 +594,10 @@ class GrowingBatchStep(SubsampleStep):
     def diff_fn(self, q, q_prop):
         """``rows -> terms`` for the kernel: the control-variate residuals (or the plain
         differences), divided by ``N p_i`` for importance-sampled rows. The first call of
-        a step feeds the variance check."""
+        a step feeds the variance check (every step while tuning, every 10th after)."""
         eng, cv = self.engine, self.cv if self.cv_active else 0
-        first = [self.cv_active]
+        # the variance check reads every tuning step, and every 10th step after tuning
+        first = [self.cv_active and (self.tune or self._n_steps % 10 == 0)]
         scale = None if self.is_table is None else self._is_scale
 
         def terms(rows):

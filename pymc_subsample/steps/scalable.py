@@ -5,14 +5,16 @@ truncation. Formulas as restated in the project's ``shared/papers/README.md``.""
 
 from __future__ import annotations
 
+import math
 import numbers
 
 import numpy as np
+import scipy.linalg as sla
 
 from ..center import center_at, find_center, parse_point
 from ..glm import SUPPORTED_TEXT, detect_glm, glm_psi
 from ..kernels.control_variates import residuals
-from ..kernels.thinning import AliasTable, smh_test, taylor_phi
+from ..kernels.thinning import AliasTable, smh_test, taylor_phi, whitened_phi
 from .base import BASE_STATS, SubsampleStep
 
 __all__ = ["ScalableMH"]
@@ -65,6 +67,36 @@ class ScalableMH(SubsampleStep):
         :data:`pymc_subsample.glm.SUPPORTED_TEXT`); a callable ``bounds(order)`` or an
         array of length ``N`` gives them for any other model. A drawn row that breaks its
         bound raises :class:`~pymc_subsample.kernels.thinning.BoundViolationError`.
+    bound_form : {"whitened", "cornish"}, optional
+        How ``lambda_i <= phi * psi_i`` is formed. ``"cornish"``: eq. 12-13 of Cornish et
+        al. (2019), ``phi`` from L1 distances to ``theta_hat`` and ``psi_i`` from
+        ``max_j |x_ij|``. ``"whitened"`` (the default with ``bounds="auto"``): the
+        tighter bound of :func:`~pymc_subsample.kernels.thinning.whitened_phi`, with
+        distances whitened by the Laplace covariance and the step length ``|eta' - eta|``
+        in place of a second distance; about 1.7x (order 2) and 3.5x (order 1) fewer rows
+        per step on a 10-feature logistic regression. User ``bounds=`` are eq. 12's
+        constants and use ``"cornish"``.
+    region : "auto", float or None, default "auto"
+        With the whitened bounds: the radius ``R`` of the ball
+        ``||L^-1 (theta - theta_hat)|| <= R`` on which the bounds hold (``"auto"``:
+        ``sqrt(d) + 4``, which a Gaussian posterior leaves with probability below
+        ``1e-6``). Each row's constant is then the supremum of its derivative over the
+        interval its linear predictor can reach in the ball
+        (:mod:`pymc_subsample.kernels.region`), smaller than the global one, and finite
+        for a Poisson likelihood with a log link. A pair with a point outside the ball
+        takes the exact full-data test (stat ``fallback``), so the chain stays exact.
+        ``None``: global bounds (not available for Poisson).
+    data_test : {"factorised", "poisson"}, optional
+        How the data factor is tested, with the same rows read on average: SMH's
+        factorised test (Cornish et al. 2019; the default for order 2, where it accepts
+        about 98% of pCN proposals) or the Poisson auxiliary variables of MH-SS (Prado,
+        Nemeth & Sherlock 2024; the default for order 1, where rows whose remainder falls
+        offset those whose remainder rises and the acceptance is much higher).
+    init : {"laplace", "model"}, default "laplace"
+        Where each chain's warm-up starts: a draw of the Laplace approximation at
+        ``theta_hat`` (like NUTS's jittered start; the bounds grow with the distance from
+        ``theta_hat``, so a start tens of sds away reads many rows per step), or PyMC's
+        initial point.
     tune : bool, default True
     model : pymc.Model, optional
 
@@ -93,6 +125,9 @@ class ScalableMH(SubsampleStep):
         truncation=None,
         mode=None,
         bounds="auto",
+        bound_form=None,
+        region="auto",
+        data_test=None,
         tune=True,
         model=None,
         **kwargs,
@@ -106,6 +141,33 @@ class ScalableMH(SubsampleStep):
         self._truncation_arg = truncation
         self._mode_arg = mode
         self._bounds_arg = bounds
+        auto = isinstance(bounds, str)
+        if bound_form is None:
+            bound_form = "whitened" if auto else "cornish"
+        if bound_form not in ("whitened", "cornish"):
+            raise ValueError(
+                f"bound_form must be 'whitened' or 'cornish', got {bound_form!r}.")
+        if bound_form == "whitened" and not auto:
+            raise ValueError(
+                "bound_form='whitened' needs bounds='auto' (the whitened row factors come "
+                "from the recognised linear predictor); user bounds are the constants of "
+                "Cornish et al. (2019, eq. 12): use bound_form='cornish'.")
+        self.bound_form = bound_form
+        if region is not None and not (isinstance(region, str) and region == "auto"):
+            if isinstance(region, bool) or not isinstance(region, numbers.Real) or not (
+                    0 < region < np.inf):
+                raise ValueError(
+                    f"region must be 'auto', None or a positive radius (in Laplace sds), got "
+                    f"{region!r}.")
+        if region is not None and bound_form != "whitened":
+            region = None  # region bounds are whitened bounds: eq. 12's are global
+        self._region_arg = region
+        if data_test is None:
+            data_test = "poisson" if self.order == 1 else "factorised"
+        if data_test not in ("factorised", "poisson"):
+            raise ValueError(
+                f"data_test must be 'factorised' (SMH) or 'poisson' (MH-SS), got {data_test!r}.")
+        self.data_test = data_test
         if proposal is None:
             proposal = "pcn" if self.order == 2 else "preconditioned"
         proposal_kwargs = dict(kwargs.pop("proposal_kwargs", None) or {})
@@ -139,6 +201,13 @@ class ScalableMH(SubsampleStep):
         self.theta_hat = self.center.theta
         self.proxy = self.center.proxy(self.order)
         gauss_mean, cov = self.center.laplace()
+        self._laplace_mean, self._laplace_chol = gauss_mean, np.linalg.cholesky(cov)
+        if self.bound_form == "whitened":
+            self._whiten_inv = sla.solve_triangular(
+                self._laplace_chol, np.eye(self.ndim), lower=True)
+        r = self._region_arg
+        self.region = (math.sqrt(self.ndim) + 4.0) if r == "auto" else (
+            None if r is None else float(r))
         self.psi = self._bound_constants()
         if self.psi.shape != (self.n_rows,) or not np.all(np.isfinite(self.psi)) or np.any(
             self.psi < 0
@@ -189,7 +258,9 @@ class ScalableMH(SubsampleStep):
     def _bound_constants(self):
         bounds = self._bounds_arg
         if isinstance(bounds, str):
-            return glm_psi(self.engine, self._glm_spec, self.order, self.theta_hat)
+            whiten = self._laplace_chol if self.bound_form == "whitened" else None
+            return glm_psi(self.engine, self._glm_spec, self.order, self.theta_hat,
+                           whiten=whiten, radius=self.region)
         if callable(bounds):
             return np.asarray(bounds(self.order), dtype=np.float64)
         return np.asarray(bounds, dtype=np.float64)
@@ -210,7 +281,15 @@ class ScalableMH(SubsampleStep):
     def _decide(self, q, q_prop, log_prior_ratio, log_qratio):
         # first factor: prior, proposal ratio and exp(-Uhat_k), exactly (O(d^2))
         log_first = log_qratio + log_prior_ratio + self.proxy.sum_diff(q, q_prop)
-        phi = taylor_phi(q, q_prop, self.theta_hat, self.order)
+        outside = False
+        if self.bound_form == "whitened":
+            w = self._whiten_inv
+            z, zp = w @ (q - self.theta_hat), w @ (q_prop - self.theta_hat)
+            phi = whitened_phi(z, zp, self.order)
+            if self.region is not None:
+                outside = max(float(z @ z), float(zp @ zp)) > self.region**2
+        else:
+            phi = taylor_phi(q, q_prop, self.theta_hat, self.order)
         eng = self.engine
 
         def full_log_ratio():
@@ -226,6 +305,8 @@ class ScalableMH(SubsampleStep):
             self._remainder_fn(q, q_prop),
             full_log_ratio,
             truncation=self.truncation,
+            force_full=outside,
+            data_test=self.data_test,
         )
         return bool(res.accept), {
             "data_used": int(res.data_used),
