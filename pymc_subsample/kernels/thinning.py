@@ -299,6 +299,20 @@ class ThinningResult:
 _MAX_CHUNK = 1 << 16
 
 
+def _checked_bound(lam, rows, phi, psi, rtol, atol):
+    """``phi * psi_i`` for the drawn rows, after checking ``lam <= phi psi_i`` (with the
+    floating-point slack ``rtol``, ``atol``) on each: a NaN raises ValueError, a
+    violation :class:`BoundViolationError`."""
+    bound = phi * np.asarray(psi[rows], dtype=np.float64)
+    bad = ~(lam <= bound * (1.0 + rtol) + atol)  # also catches NaN
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        if np.isnan(lam[i]):
+            raise ValueError(f"remainder_fn returned NaN for data row {int(rows[i])}.")
+        raise BoundViolationError(int(rows[i]), lam[i], phi, float(psi[rows[i]]))
+    return bound
+
+
 def poisson_thinning_test(
     rng: np.random.Generator,
     phi: float,
@@ -404,15 +418,7 @@ def poisson_thinning_test(
                     f"remainder_fn returned {lam.size} values for {m} rows."
                 )
         used += m
-        bound = phi * np.asarray(psi[rows], dtype=np.float64)
-        bad = ~(lam <= bound * (1.0 + rtol) + atol)  # also catches NaN
-        if bad.any():
-            i = int(np.flatnonzero(bad)[0])
-            if np.isnan(lam[i]):
-                raise ValueError(
-                    f"remainder_fn returned NaN for data row {int(rows[i])}."
-                )
-            raise BoundViolationError(int(rows[i]), lam[i], phi, float(psi[rows[i]]))
+        bound = _checked_bound(lam, rows, phi, psi, rtol, atol)
         # B_j = 1 iff u_j < lambda_j / bound_j (bound_j > 0: psi_i = 0 rows are never drawn).
         u = rng.random(m)
         if (u * bound < lam).any():
@@ -484,13 +490,7 @@ def poisson_estimator_test(
     dif = np.asarray(remainder_fn(rows), dtype=np.float64).reshape(-1)
     if dif.shape != (k_total,):
         raise ValueError(f"remainder_fn returned {dif.size} values for {k_total} rows.")
-    bound = float(phi) * np.asarray(psi[rows], dtype=np.float64)
-    bad = ~(np.abs(dif) <= bound * (1.0 + rtol) + atol)
-    if bad.any():
-        i = int(np.flatnonzero(bad)[0])
-        if np.isnan(dif[i]):
-            raise ValueError(f"remainder_fn returned NaN for data row {int(rows[i])}.")
-        raise BoundViolationError(int(rows[i]), abs(dif[i]), float(phi), float(psi[rows[i]]))
+    bound = _checked_bound(np.abs(dif), rows, float(phi), psi, rtol, atol)
     f = np.maximum(bound + np.minimum(0.0, dif), 0.0)
     fp = np.maximum(bound - np.maximum(0.0, dif), 0.0)
     kept = rng.random(k_total) * bound < f
