@@ -161,7 +161,8 @@ def main():
             used = float(args.rows) * float(
                 np.mean(get_group(idata, "sample_stats")["n_steps"].values)
             )  # NUTS: every leapfrog step reads all N rows
-        lines.append(f"{name:<17}{wall:>9.1f}{ess:>10.0f}{ess / wall:>10.2f}{used:>12,.0f}"
+        used_txt = f"{used:,.2f}" if used < 10 else f"{used:,.0f}"
+        lines.append(f"{name:<17}{wall:>9.1f}{ess:>10.0f}{ess / wall:>10.2f}{used_txt:>12}"
                      f"{rhat:>8.3f}{dev:>16.3f}")
     lines.append("(max |dmean|/sd: against the Laplace approximation at the mode, accurate to "
                  f"about {1 / np.sqrt(args.rows):.3f} sd here)")
