@@ -39,7 +39,8 @@ SUPPORTED_TEXT = (
     "variables only through a linear predictor eta_i = x_i . beta (+ intercept): "
     "pm.Bernoulli with logit_p=eta (or p=pm.math.invlogit(eta)); pm.StudentT(nu, mu=eta, "
     "sigma) with nu and sigma fixed numbers or data; pm.Normal(mu=eta, sigma) with sigma "
-    "fixed; pm.Poisson(mu=pm.math.exp(eta)) (region bounds only). For any other model pass bounds=callable: bounds(order) -> array of N per-row "
+    "fixed; pm.Poisson(mu=pm.math.exp(eta)) (region bounds only). For any other model "
+    "pass bounds=callable: bounds(order) -> array of N per-row "
     "constants psi_i >= sup |(order+1)-th partial derivatives of -log p(x_i | q)| over the "
     "step's unconstrained space (Cornish et al. 2019, eq. 12), or that array itself."
 )
@@ -224,20 +225,22 @@ def glm_psi(engine, spec: GLMSpec, order: int, q_hat, *, chunk: int = 65536,
         J = np.column_stack([eta(q_hat + eye[j], data) - base for j in range(d)])
         M = np.abs(J).max(axis=1) if whiten is None else np.linalg.norm(J @ whiten, axis=1)
         M *= 1.0 + 1e-7  # rounding margin: the differences of an affine function are exact
+        # this chunk's scale (Student-t, Normal): per row or one number
+        sig = None if sigma is None else (
+            np.broadcast_to(sigma, (n,))[s:e] if np.ndim(sigma) else float(sigma))
         if radius is not None:
             width = M * radius + 1e-9 * (1.0 + np.abs(base))
             kw = {}
             if spec.family == "student_t":
                 kw = {"y": np.broadcast_to(y_fn(q_hat, *data)[0], base.shape), "nu": nu,
-                      "sigma": np.broadcast_to(sigma, (n,))[s:e] if np.ndim(sigma) else sigma}
+                      "sigma": sig}
             elif spec.family == "normal":
-                kw = {"sigma": np.broadcast_to(sigma, (n,))[s:e] if np.ndim(sigma) else sigma}
+                kw = {"sigma": sig}
             C = local_sup(spec.family, order + 1, base - width, base + width, **kw)
             psi[s:e] = C * M ** (order + 1)
         elif spec.family == "bernoulli_logit":
             psi[s:e] = glm_bound_constants("bernoulli_logit", M, order)
         else:
-            sig = np.broadcast_to(sigma, (n,))[s:e] if np.ndim(sigma) else float(sigma)
             kw = {"nu": nu} if spec.family == "student_t" else {}
             # f(eta) = g((y - eta) / sigma): the m-th derivative scales as sigma^-m
             psi[s:e] = glm_bound_constants(

@@ -288,6 +288,11 @@ class SubsampleStep(ArrayStepShared):
         return Competence.INCOMPATIBLE
 
     # ------------------------------------------------------------------ the step
+    def _set_laplace(self, mean, cov):
+        """Store the Laplace approximation (mean, Cholesky factor of ``cov``) that the
+        warm-up start and the steps' checks draw on."""
+        self._laplace_mean, self._laplace_chol = mean, np.linalg.cholesky(cov)
+
     def astep(self, q0: RaveledVars):
         """One step; with ``init="laplace"`` the first tuning step of a chain first moves
         the chain to a draw of the Laplace approximation at the step's centre (steps
@@ -498,7 +503,7 @@ class GrowingBatchStep(SubsampleStep):
     def _attach_proposal(self, scaling):
         """Set the proposal up with the Laplace approximation at the current centre."""
         mean, cov = self.center.laplace(self.loglik_weight)
-        self._laplace_mean, self._laplace_chol = mean, np.linalg.cholesky(cov)
+        self._set_laplace(mean, cov)
         if scaling is None and isinstance(self.proposal, Langevin):
             sd = np.sqrt(np.diag(cov))
             scaling = float(np.min(sd) ** 2 * 1.65**2 / self.ndim ** (1 / 3))
