@@ -512,15 +512,31 @@ class LikelihoodEngine:
             return [q, *batch], [ll, jac, _rows_jacobian(jac, q)]  # (n, d, d)
         raise KeyError(key)  # pragma: no cover
 
-    def _fn(self, key):
-        """The compiled function ``key``, compiled on first use (compiles dominate set-up)."""
-        f = self._compiled.get(key)
+    def _fn(self, key, *, fast_compile=False):
+        """The compiled function ``key``, compiled on first use (compiles dominate set-up).
+
+        ``fast_compile=True`` compiles without generating C code (PyTensor's
+        ``FAST_COMPILE`` mode: seconds less to build, slower to run), for functions that
+        are called a handful of times: the set-up checks and the prior's Hessian.
+        """
+        cache_key = (key, "fast") if fast_compile else key
+        f = self._compiled.get(cache_key)
         if f is None:
             inputs, outputs = self._graph(key)
-            f = pytensor.function(inputs, outputs, on_unused_input="ignore")
+            mode = "FAST_COMPILE" if fast_compile else None
+            f = pytensor.function(inputs, outputs, on_unused_input="ignore", mode=mode)
             f.trust_input = True
-            self._compiled[key] = f
+            self._compiled[cache_key] = f
         return f
+
+    def _call_rarely(self, key, *args):
+        """Call the function ``key`` compiled in FAST_COMPILE mode; if that mode cannot run
+        the graph (e.g. an elementwise op with more inputs than NumPy ufuncs take), use
+        the normally compiled one."""
+        try:
+            return self._fn(key, fast_compile=True)(*args)
+        except Exception:  # noqa: BLE001 - the C-compiled function is the reference
+            return self._fn(key)(*args)
 
     def _check_factorises(self):
         """Each row's term must not depend on which other rows are in the batch."""
@@ -531,10 +547,14 @@ class LikelihoodEngine:
         # away from the initial point: at e.g. a zero coefficient a cumulative sum or a
         # centring over the batch can vanish and hide the dependence between rows
         q = self.initial_q() + rng.normal(0.0, 0.3, self.ndim)
+
+        def loglik(r):
+            return self._call_rarely("ll", q, *self.gather(r))
+
         try:
-            a = self.loglik(q, rows)
-            b = self.loglik(q, rows[::-1])[::-1]
-            c = np.array([self.loglik(q, rows[i : i + 1])[0] for i in range(min(k, 3))])
+            a = loglik(rows)
+            b = loglik(rows[::-1])[::-1]
+            c = np.array([loglik(rows[i : i + 1])[0] for i in range(min(k, 3))])
         except Exception as err:
             raise ModelNotSupportedError(
                 "Evaluating the likelihood on a subset of rows failed, so the model does not "
@@ -603,7 +623,7 @@ class LikelihoodEngine:
 
     def prior_hessian(self, q):
         """Log prior, gradient and Hessian with respect to ``q``."""
-        v, g, h = self._fn("prior_hess")(np.asarray(q, dtype=np.float64))
+        v, g, h = self._call_rarely("prior_hess", np.asarray(q, dtype=np.float64))
         return float(v), g, h
 
     def loglik(self, q, rows) -> np.ndarray:

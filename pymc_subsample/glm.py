@@ -17,6 +17,7 @@ rounding, covered by a relative margin).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -25,7 +26,7 @@ import pytensor.scalar as ps
 from pytensor.tensor.elemwise import Elemwise
 
 from .kernels.bounds import glm_bound_constants
-from .kernels.region import local_sup
+from .kernels.region import TWO_PARAM_FAMILIES, local_sup, local_sup2, path_constant
 
 try:
     from pytensor.graph.traversal import ancestors
@@ -36,10 +37,14 @@ __all__ = ["GLMSpec", "detect_glm", "glm_psi", "SUPPORTED_TEXT"]
 
 SUPPORTED_TEXT = (
     "bounds='auto' recognises one observed variable whose row terms depend on the step's "
-    "variables only through a linear predictor eta_i = x_i . beta (+ intercept): "
-    "pm.Bernoulli with logit_p=eta (or p=pm.math.invlogit(eta)); pm.StudentT(nu, mu=eta, "
-    "sigma) with nu and sigma fixed numbers or data; pm.Normal(mu=eta, sigma) with sigma "
-    "fixed; pm.Poisson(mu=pm.math.exp(eta)) (region bounds only). For any other model "
+    "variables only through a linear predictor eta_i = x_i . beta (+ intercept) and, for "
+    "some families, a scale or shape parameter sampled on the log scale: "
+    "pm.Bernoulli with logit_p=eta (or p=pm.math.invlogit(eta)); pm.Normal(mu=eta, sigma) "
+    "and pm.StudentT(nu, mu=eta, sigma) with nu fixed and sigma fixed or a positive "
+    "free variable; pm.Poisson(mu=pm.math.exp(eta)); pm.NegativeBinomial(mu=pm.math.exp(eta), "
+    "alpha) and pm.Gamma with mean pm.math.exp(eta) and shape alpha fixed or a positive "
+    "free variable (the last four and unknown scales need region bounds, the default). "
+    "For any other model "
     "pass bounds=callable: bounds(order) -> array of N per-row "
     "constants psi_i >= sup |(order+1)-th partial derivatives of -log p(x_i | q)| over the "
     "step's unconstrained space (Cornish et al. 2019, eq. 12), or that array itself."
@@ -56,6 +61,12 @@ class GLMSpec:
     observed: str
     eta: object  # model expression (in terms of value variables)
     params: dict  # fixed family parameters: arrays broadcastable to (N,)
+    log_scale: object = None  # two-parameter rows: log scale / log shape expression
+
+    @property
+    def two_param(self) -> bool:
+        """Rows depend on the parameters through ``eta`` and a log scale (path bound)."""
+        return self.family in TWO_PARAM_FAMILIES
 
 
 def _is_fixed(var, model):
@@ -68,8 +79,8 @@ def _fixed_value(var, name, obs, model):
     if not _is_fixed(var, model):
         raise ValueError(
             f"ScalableMH bounds='auto': the {name} of observed '{obs}' depends on a free "
-            f"variable; the derivative bounds only hold for a fixed {name} (over the whole "
-            "space they are unbounded, e.g. a Normal with unknown scale). " + SUPPORTED_TEXT
+            f"variable; the derivative bounds need a fixed {name} (give it a fixed value, "
+            "or pass bounds=). " + SUPPORTED_TEXT
         )
     return np.asarray(var.eval(), dtype=np.float64)
 
@@ -105,20 +116,28 @@ def detect_glm(model) -> GLMSpec:
         spec = GLMSpec("bernoulli_logit", rv.name, p.owner.inputs[0], {})
     elif kind == "StudentTRV":
         nu, mu, sigma = params
-        spec = GLMSpec(
-            "student_t",
-            rv.name,
-            mu,
-            {
-                "nu": _fixed_value(nu, "degrees of freedom nu", rv.name, model),
-                "sigma": _fixed_value(sigma, "scale sigma", rv.name, model),
-            },
-        )
+        nu_value = _fixed_value(nu, "degrees of freedom nu", rv.name, model)
+        if _is_fixed(sigma, model):
+            spec = GLMSpec("student_t", rv.name, mu, {
+                "nu": nu_value, "sigma": _fixed_value(sigma, "scale sigma", rv.name, model)})
+        else:
+            spec = GLMSpec("student_t_scale", rv.name, mu, {"nu": nu_value}, pt.log(sigma))
     elif kind == "NormalRV":
         mu, sigma = params
-        spec = GLMSpec(
-            "normal", rv.name, mu, {"sigma": _fixed_value(sigma, "scale sigma", rv.name, model)}
-        )
+        if _is_fixed(sigma, model):
+            spec = GLMSpec("normal", rv.name, mu,
+                           {"sigma": _fixed_value(sigma, "scale sigma", rv.name, model)})
+        else:
+            spec = GLMSpec("normal_scale", rv.name, mu, {}, pt.log(sigma))
+    elif kind == "GammaRV":
+        # (shape, scale) whatever the user's parametrisation: mean = shape * scale
+        shape, scale = params
+        spec = GLMSpec("gamma_log", rv.name, pt.log(shape) + pt.log(scale), {}, pt.log(shape))
+    elif kind == "NegBinomialRV":
+        # (n, p) with n = alpha and p = alpha / (mu + alpha): log mu = log n + log((1-p)/p)
+        n, p = params
+        spec = GLMSpec("negbinomial_log", rv.name, pt.log(n) + pt.log1p(-p) - pt.log(p), {},
+                       pt.log(n))
     elif kind == "PoissonRV":
         (mu,) = params
         if mu.owner is None or not (
@@ -135,6 +154,8 @@ def detect_glm(model) -> GLMSpec:
             f"({kind}). " + SUPPORTED_TEXT
         )
     spec.eta = model.replace_rvs_by_values([spec.eta])[0]
+    if spec.log_scale is not None:
+        spec.log_scale = model.replace_rvs_by_values([spec.log_scale])[0]
     return spec
 
 
@@ -155,6 +176,82 @@ def _check_affine(engine, eta_fn, q_hat, rng_seed=0):
         if np.any(np.abs(second) > 1e-8 * scale):
             return False
     return True
+
+
+#: sub-box width and most sub-boxes per axis for the two-parameter region suprema
+_PIECE_WIDTH = 0.1
+_MAX_PIECES = 8
+
+
+def _require_affine(engine, fn, q_hat, what, spec):
+    if not _check_affine(engine, fn, q_hat):
+        extra = ("; a scale or shape must be a positive free variable (log-transformed) or "
+                 "a fixed number" if what != "linear predictor" else "")
+        raise ValueError(
+            f"ScalableMH bounds='auto': the {what} of observed '{spec.observed}' is not "
+            "affine in the step's unconstrained variables (e.g. a coefficient multiplied by "
+            "another sampled variable, or a positive-constrained coefficient, which is "
+            f"log-transformed){extra}. " + SUPPORTED_TEXT
+        )
+
+
+def _two_param_psi(engine, spec, order, q_hat, chunk, whiten, radius):
+    """Row constants ``M_i`` of the path bound (:func:`pymc_subsample.kernels.phi.path_phi`)
+    for rows ``l(eta_i, s_i)`` with ``eta_i`` and the log scale ``s_i`` affine in ``q``.
+
+    With ``L`` the whitening matrix, ``a_i = ||J^eta_i L||`` and ``b_i = ||J^s_i L||``, the
+    whitened ball of radius ``R`` keeps row ``i`` in the box
+    ``[eta_hat_i -+ a_i R] x [s_hat_i -+ b_i R]``; ``M_i`` combines the suprema of the
+    (k+1)-th partials over that box (:func:`pymc_subsample.kernels.region.local_sup2`,
+    :func:`pymc_subsample.kernels.region.path_constant`). One chunked pass.
+    """
+    if whiten is None or radius is None:
+        raise ValueError(
+            f"ScalableMH: observed '{spec.observed}' ({spec.family}) has derivatives that are "
+            "unbounded over the whole space; it needs region bounds (region='auto' or a "
+            "radius, with bound_form='whitened')."
+        )
+    fn = engine.compile_batch([pt.as_tensor_variable(spec.eta),
+                               pt.as_tensor_variable(spec.log_scale),
+                               engine.model[spec.observed]])
+
+    def values(q, data):
+        e, s, y = fn(q, *data)
+        rows = data[0].shape[0]
+        return (np.broadcast_to(e, (rows,)), np.broadcast_to(s, (rows,)),
+                np.broadcast_to(y, (rows,)))
+
+    for what, k in (("linear predictor", 0), ("log scale (or log shape)", 1)):
+        _require_affine(engine, lambda q, *data, k=k: values(q, data)[k], q_hat, what, spec)
+    nu = spec.params.get("nu")
+    if nu is not None:
+        if np.ndim(nu) and np.unique(nu).size > 1:
+            raise ValueError("ScalableMH bounds='auto' needs one nu for all rows. " + SUPPORTED_TEXT)
+        nu = float(np.ravel(nu)[0])
+    n, d = engine.n_rows, engine.ndim
+    eye = np.eye(d)
+    psi = np.empty(n)
+    for start in range(0, n, chunk):
+        stop = min(start + chunk, n)
+        data = engine.gather_slice(start, stop)
+        e0, s0, y = values(q_hat, data)
+        moved = [values(q_hat + eye[j], data) for j in range(d)]
+        Je = np.column_stack([mv[0] - e0 for mv in moved])
+        Js = np.column_stack([mv[1] - s0 for mv in moved])
+        # rounding margin: the differences of an affine function are exact
+        a = np.linalg.norm(Je @ whiten, axis=1) * (1.0 + 1e-7)
+        b = np.linalg.norm(Js @ whiten, axis=1) * (1.0 + 1e-7)
+        we = a * radius + 1e-9 * (1.0 + np.abs(e0))
+        ws = b * radius + 1e-9 * (1.0 + np.abs(s0))
+        # sub-boxes of width <= _PIECE_WIDTH (at most _MAX_PIECES per axis): interval
+        # evaluation's excess shrinks with the width; boxes narrow as N grows, so large
+        # data sets take one piece
+        pieces = tuple(int(min(_MAX_PIECES, max(1, math.ceil(2.0 * float(w.max()) / _PIECE_WIDTH))))
+                       for w in (we, ws))
+        G = local_sup2(spec.family, order + 1, e0 - we, e0 + we, s0 - ws, s0 + ws, y=y, nu=nu,
+                       pieces=pieces)
+        psi[start:stop] = path_constant(G, a, b)
+    return psi
 
 
 def glm_psi(engine, spec: GLMSpec, order: int, q_hat, *, chunk: int = 65536,
@@ -185,20 +282,16 @@ def glm_psi(engine, spec: GLMSpec, order: int, q_hat, *, chunk: int = 65536,
     -------
     ndarray of float64, shape (N,)
     """
-    eta_fn = engine.compile_batch([pt.as_tensor_variable(spec.eta)])
     q_hat = np.asarray(q_hat, dtype=np.float64)
+    if spec.two_param:
+        return _two_param_psi(engine, spec, order, q_hat, chunk, whiten, radius)
+    eta_fn = engine.compile_batch([pt.as_tensor_variable(spec.eta)])
 
     def eta(q, data):
         out = eta_fn(q, *data)[0]
         return np.broadcast_to(out, (data[0].shape[0],))
 
-    if not _check_affine(engine, lambda q, *data: eta(q, data), q_hat):
-        raise ValueError(
-            f"ScalableMH bounds='auto': the linear predictor of observed '{spec.observed}' is "
-            "not affine in the step's unconstrained variables (e.g. a coefficient multiplied "
-            "by another sampled variable, or a positive-constrained coefficient, which is "
-            "log-transformed). " + SUPPORTED_TEXT
-        )
+    _require_affine(engine, lambda q, *data: eta(q, data), q_hat, "linear predictor", spec)
     n, d = engine.n_rows, engine.ndim
     eye = np.eye(d)
     psi = np.empty(n)

@@ -597,7 +597,8 @@ def test_glm_row_bounds_chunked_memmap(tmp_path):
 
 
 def test_kernels_import_neither_pymc_nor_pytensor():
-    for name in ("thinning.py", "bounds.py"):
+    names = ("thinning", "bounds", "phi", "region", "interval")
+    for name in (n + ".py" for n in names):
         tree = ast.parse((KERNELS / name).read_text())
         for node in ast.walk(tree):
             if isinstance(node, ast.Import):
@@ -608,12 +609,15 @@ def test_kernels_import_neither_pymc_nor_pytensor():
                 continue
             for mod in mods:
                 assert mod.split(".")[0] not in ("pymc", "pytensor", "arviz"), (name, mod)
+    # the kernels folder loaded as a stand-alone package (relative imports between kernels)
     code = (
-        "import importlib.util, sys\n"
-        "for name in ('thinning', 'bounds'):\n"
-        f"    spec = importlib.util.spec_from_file_location(name, r'{KERNELS}/' + name + '.py')\n"
-        "    mod = importlib.util.module_from_spec(spec); sys.modules[name] = mod\n"
-        "    spec.loader.exec_module(mod)\n"
+        "import importlib, importlib.util, sys\n"
+        f"spec = importlib.util.spec_from_file_location('kernels', r'{KERNELS}/__init__.py', "
+        f"submodule_search_locations=[r'{KERNELS}'])\n"
+        "pkg = importlib.util.module_from_spec(spec); sys.modules['kernels'] = pkg\n"
+        "spec.loader.exec_module(pkg)\n"
+        f"for name in {names!r}:\n"
+        "    importlib.import_module('kernels.' + name)\n"
         "bad = [m for m in sys.modules if m.split('.')[0] in ('pymc', 'pytensor')]\n"
         "assert not bad, bad\n"
     )
@@ -769,3 +773,59 @@ def test_whitened_phi_bounds_the_cubic_difference_sharply():
             e, ep = xs @ z, xs @ zp
             g = np.abs(ep**3 - e**3) / 6 if k == 2 else np.abs(ep * np.abs(ep) - e * np.abs(e)) / 2
             assert g.max() <= phi * (1 + 1e-12) and phi <= 1.06 * g.max() + 1e-12
+
+
+def _two_param_row(p, c, z, order):
+    """``R(z)``: remainder of the order-k Taylor expansion about 0 of
+    ``h(p.z, c.z)``, ``h(e, s) = sin(e + s/2) + 0.3 cos(e - s)``."""
+    e, s = z @ p, z @ c
+    h = np.sin(e + s / 2) + 0.3 * np.cos(e - s)
+    # derivatives of h at (0, 0): value 0.3, gradient (1, 1/2), Hessian of 0.3 cos(e - s)
+    taylor = 0.3 + e + s / 2
+    if order == 2:
+        taylor = taylor - 0.15 * (e - s) ** 2
+    return h - taylor
+
+
+def test_path_phi_bounds_two_parameter_remainders():
+    """``|R(z') - R(z)| <= M phi`` for rows depending on z through two directions, with
+    ``M`` from the partials' suprema (``G_j = 2^(j-m) + 0.3``); symmetric; not vacuous;
+    and a third of it is violated (the check has power)."""
+    from pymc_subsample.kernels.phi import path_phi
+    from pymc_subsample.kernels.region import path_constant
+
+    rng = np.random.default_rng(8)
+    worst, broken = 0.0, 0
+    for _ in range(300):
+        d = int(rng.integers(1, 8))
+        P, C = rng.standard_normal((40, d)), rng.standard_normal((40, d)) * rng.uniform(0, 1)
+        scale = rng.choice([0.1, 0.5, 1.0, 2.0])
+        z, zp = scale * rng.standard_normal(d), scale * rng.standard_normal(d)
+        if rng.random() < 0.5:  # short moves as well as independent points
+            zp = z + 0.1 * scale * rng.standard_normal(d)
+        for k in (1, 2):
+            m = k + 1
+            G = np.tile([0.5 ** (m - j) + 0.3 for j in range(m + 1)], (40, 1))
+            M = path_constant(G, np.linalg.norm(P, axis=1), np.linalg.norm(C, axis=1))
+            phi = path_phi(z, zp, k)
+            assert phi == path_phi(zp, z, k)
+            diff = np.abs([_two_param_row(P[i], C[i], zp, k) - _two_param_row(P[i], C[i], z, k)
+                           for i in range(40)])
+            assert np.all(diff <= M * phi * (1 + 1e-9) + 1e-12)
+            worst = max(worst, float(np.max(diff / (M * phi))))
+            broken += int(np.any(diff > M * phi / 3))
+    assert worst > 0.05 and broken > 0
+
+
+def test_path_phi_forms():
+    """k = 2: the segment integral ``||d|| (||z||^2 + z.d + ||d||^2/3) / 2`` or the sum of
+    the two remainders' bounds, whichever is smaller; zero at the centre."""
+    from pymc_subsample.kernels.phi import path_phi
+
+    z, zp = np.array([1.0, 0.0]), np.array([1.1, 0.0])
+    assert path_phi(z, zp, 2) == pytest.approx(0.1 * (1 + 0.1 + 0.01 / 3) / 2)
+    z, zp = np.array([1.0, 0.0]), np.array([-1.0, 0.0])
+    assert path_phi(z, zp, 2) == pytest.approx(2.0 / 6.0)
+    assert path_phi(np.zeros(3), np.zeros(3), 1) == 0.0
+    with pytest.raises(ValueError, match="orders 1 and 2"):
+        path_phi(z, zp, 3)

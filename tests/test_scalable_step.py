@@ -1,6 +1,7 @@
 """Tests of the ScalableMH step method (``pymc_subsample.steps.scalable``).
 
-Cornish et al. (2019), formulas restated in ``shared/papers/README.md``. What is checked:
+Cornish et al. (2019), "Scalable Metropolis-Hastings for Exact Bayesian Inference with
+Large Datasets". What is checked:
 
 * exactness: ScalableMH's marginals (order 2 and order 1) match a reference posterior within
   Monte Carlo error: on a logistic regression (N = 10^4) an importance-sampling reference
@@ -31,7 +32,8 @@ import scipy.optimize
 from scipy import stats
 
 import pymc_subsample as pms
-from pymc_subsample.kernels.thinning import BoundViolationError, taylor_phi, whitened_phi
+from pymc_subsample.kernels.phi import path_phi, taylor_phi, whitened_phi
+from pymc_subsample.kernels.thinning import BoundViolationError
 
 from helpers import posterior, run_sample, sample_stats
 
@@ -355,7 +357,8 @@ def _phi(step, q, qp):
     L = step._laplace_chol
     z = np.linalg.solve(L, q - step.theta_hat)
     zp = np.linalg.solve(L, qp - step.theta_hat)
-    return whitened_phi(z, zp, step.order)
+    two = step._glm_spec is not None and step._glm_spec.two_param
+    return (path_phi if two else whitened_phi)(z, zp, step.order)
 
 
 def _in_region(step, q):
@@ -546,14 +549,22 @@ def _assert_lists_supported(message):
         assert token in message, message
 
 
-def test_auto_bounds_refuse_normal_with_unknown_sigma():
+def test_auto_bounds_refuse_student_t_with_unknown_nu_and_non_log_scales():
     rng = np.random.default_rng(4)
     X = rng.standard_normal((500, 2))
     with pm.Model():
         b = pm.Normal("b", 0, 5, shape=2)
-        s = pm.HalfNormal("s", 2.0)
-        pm.Normal("y", mu=pm.math.dot(X, b), sigma=s, observed=rng.standard_normal(500))
-        with pytest.raises(ValueError, match="scale sigma") as err:
+        nu = pm.Exponential("nu", 0.1)
+        pm.StudentT("y", nu=nu, mu=pm.math.dot(X, b), sigma=1.0,
+                    observed=rng.standard_normal(500))
+        with pytest.raises(ValueError, match="degrees of freedom nu") as err:
+            pms.ScalableMH()
+    _assert_lists_supported(str(err.value))
+    with pm.Model():  # sigma = s^2 with s unconstrained: log sigma is not affine in s
+        b = pm.Normal("b", 0, 5, shape=2)
+        s = pm.Normal("s", 1.0, 0.1)
+        pm.Normal("y", mu=pm.math.dot(X, b), sigma=s**2, observed=rng.standard_normal(500))
+        with pytest.raises(ValueError, match="log scale .* is not affine") as err:
             pms.ScalableMH()
     _assert_lists_supported(str(err.value))
 

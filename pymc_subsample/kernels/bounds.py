@@ -16,7 +16,8 @@ Parameters on which ``U_i`` does not depend (other coordinates of the step's vec
 have zero partial derivatives and do not change the bound. The sup constants must not
 depend on the response ``y_i`` (true for the families below) and must hold over the
 whole parameter space: families whose derivatives are unbounded (Poisson with log link,
-Normal with unknown scale) are not supported.
+Normal with unknown scale) take the region bounds of :mod:`pymc_subsample.kernels.region`
+instead.
 
 Everything works on chunks of rows, so a large (memory-mapped) design matrix is read
 once, chunk by chunk, and never copied whole. Nothing here imports PyMC or PyTensor.

@@ -1,9 +1,9 @@
 """Poisson thinning and the Scalable Metropolis-Hastings (SMH) acceptance test.
 
 Pure NumPy kernels for Cornish, Vanetti, Bouchard-Cote, Deligiannidis & Doucet (2019),
-"Scalable Metropolis-Hastings for Exact Bayesian Inference with Large Datasets". The
-paper's formulas are restated in ``/work/shared/papers/README.md`` ("Scalable
-Metropolis-Hastings, restated"); equation numbers below refer to the paper.
+"Scalable Metropolis-Hastings for Exact Bayesian Inference with Large Datasets";
+equation numbers below refer to that paper. The step factors ``phi`` live in
+:mod:`pymc_subsample.kernels.phi`.
 
 Notation (target ``pi(theta) ∝ exp(-U(theta))``, ``U = U_0 + sum_i U_i``):
 
@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
+
+from .phi import taylor_phi, whitened_phi  # re-exported: the step factors live in .phi
 
 __all__ = [
     "AliasTable",
@@ -507,112 +509,6 @@ def poisson_estimator_test(
 # ---------------------------------------------------------------------------------------
 # SMH acceptance
 # ---------------------------------------------------------------------------------------
-
-
-def taylor_phi(q: np.ndarray, q_prop: np.ndarray, mode: np.ndarray, order: int) -> float:
-    """``phi(theta, theta')`` of the SMH-k bound (eq. 13).
-
-    ``phi = (||theta - theta_hat||_1^(k+1) + ||theta' - theta_hat||_1^(k+1)) / (k+1)!``;
-    with ``psi_i = Ubar_{k,i}`` (eq. 12) it bounds ``lambda_i <= phi * psi_i`` by Taylor's
-    theorem and the multinomial theorem (Proposition D.1). Symmetric in the pair, so
-    truncation by ``phi * Psi`` keeps the kernel reversible.
-
-    Parameters
-    ----------
-    q, q_prop : ndarray, shape (d,)
-        Current and proposed points ``theta``, ``theta'``.
-    mode : ndarray, shape (d,)
-        Expansion point ``theta_hat``.
-    order : int
-        Taylor order ``k`` (1 or 2 in SMH; any k >= 1 is accepted).
-
-    Returns
-    -------
-    float
-    """
-    m = int(order) + 1
-    if m < 2:
-        raise ValueError(f"Taylor order must be >= 1, got {order!r}.")
-    a = float(np.abs(np.subtract(q, mode)).sum())
-    b = float(np.abs(np.subtract(q_prop, mode)).sum())
-    return (a**m + b**m) / math.factorial(m)
-
-
-#: grid points on the half circle for the supremum in :func:`whitened_phi`
-_PHI_GRID = 256
-_PHI_T = np.linspace(0.0, math.pi, _PHI_GRID, endpoint=False)
-_PHI_COS, _PHI_SIN = np.cos(_PHI_T), np.sin(_PHI_T)
-
-
-def whitened_phi(z: np.ndarray, z_prop: np.ndarray, order: int) -> float:
-    """``phi`` of the whitened bound for rows ``U_i = f_i(eta_i)``, ``eta_i`` affine in theta.
-
-    A tighter alternative to :func:`taylor_phi` for generalised linear rows, in the
-    spirit of the bounds of Prado, Nemeth & Sherlock (2024, "Metropolis-Hastings with
-    Scalable Subsampling", which bound the remainder's difference by the step length),
-    derived here as follows. With ``eta_i`` affine, the Taylor proxy of ``U_i`` about
-    ``theta_hat`` is the Taylor polynomial of ``f_i`` about ``eta_hat_i``, so
-    ``R_i = U_i - Uhat_{k,i}`` has derivative ``R_i'(s) = f_i'(s) - T_{k-1}[f_i'](s)``,
-    ``|R_i'(s)| <= C |s - eta_hat_i|^k / k!`` (``C = sup |f^(k+1)|`` over the segment).
-    Integrating from ``e = eta_i(theta) - eta_hat_i`` to ``e' = eta_i(theta') - eta_hat_i``
-    (``|s|^k >= 0``, so the integral of the bound is the bound of the integral):
-
-        |R_i(theta') - R_i(theta)| <= C |e'|e'|^k - e|e|^k| / (k + 1)!
-
-    (k = 2: ``|e'^3 - e^3| / 6``; k = 1: ``|e'|e'| - e|e|| / 2``). With ``L L' =`` the
-    Laplace covariance, ``e = s_i (x . z)`` for ``z = L^-1 (theta - theta_hat)``,
-    ``s_i = ||J_i L||`` and the unit vector ``x = L' J_i' / s_i``; so
-    ``lambda_i <= psi_i * phi`` with ``psi_i = C s_i^(k+1)`` and
-
-        phi = sup_{||x|| = 1} |g(x . z') - g(x . z)| / (k + 1)!,   g(e) = e |e|^k.
-
-    Only the part of ``x`` in the plane of ``z`` and ``z'`` matters, so the supremum is
-    over a half circle: it is taken on a grid of 256 angles plus the grid spacing times
-    a Lipschitz bound of the function of the angle (``|d/dt g(x . z)| <= (k+1) ||z||^(k+1)``),
-    which makes the value an upper bound. The pair is put in a fixed order first, so
-    ``phi(theta, theta') = phi(theta', theta)`` exactly, as truncation needs.
-
-    For two independent posterior draws (a pCN step near ``rho = 0``) this is several
-    times smaller than bounding each factor by Cauchy-Schwarz.
-
-    Parameters
-    ----------
-    z, z_prop : ndarray, shape (d,)
-        Whitened current and proposed points.
-    order : int
-        Taylor order ``k``: 1 or 2.
-
-    Returns
-    -------
-    float
-    """
-    if order not in (1, 2):
-        raise ValueError(f"whitened_phi supports Taylor orders 1 and 2, got {order!r}.")
-    z = np.asarray(z, dtype=np.float64)
-    zp = np.asarray(z_prop, dtype=np.float64)
-    if z.tobytes() > zp.tobytes():  # a fixed order of the pair: exact symmetry
-        z, zp = zp, z
-    na, nb = math.sqrt(float(z @ z)), math.sqrt(float(zp @ zp))
-    if na == 0.0 and nb == 0.0:
-        return 0.0
-    if na > 0.0:
-        u1 = z / na
-        a1, a2 = na, 0.0
-    else:
-        u1 = zp / nb
-        a1 = a2 = 0.0
-    b1 = float(zp @ u1)
-    b2 = math.sqrt(max(0.0, nb * nb - b1 * b1))
-    e = a1 * _PHI_COS + a2 * _PHI_SIN
-    ep = b1 * _PHI_COS + b2 * _PHI_SIN
-    m = order + 1
-    if order == 2:
-        g = np.abs(ep**3 - e**3)
-    else:
-        g = np.abs(ep * np.abs(ep) - e * np.abs(e))
-    lip = m * (na**m + nb**m)
-    sup = float(g.max()) + 0.5 * (math.pi / _PHI_GRID) * lip
-    return sup / math.factorial(m)
 
 
 @dataclass(frozen=True, slots=True)

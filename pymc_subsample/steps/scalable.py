@@ -1,7 +1,7 @@
 """ScalableMH: exact subsampling Metropolis-Hastings of Cornish, Vanetti, Bouchard-Cote,
 Deligiannidis & Doucet (2019), "Scalable Metropolis-Hastings for exact Bayesian inference
 with large datasets": factorised MH with Taylor control variates, Poisson thinning and
-truncation. Formulas as restated in the project's ``shared/papers/README.md``."""
+truncation."""
 
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ import scipy.linalg as sla
 from ..center import center_at, find_center, parse_point
 from ..glm import SUPPORTED_TEXT, detect_glm, glm_psi
 from ..kernels.control_variates import residuals
-from ..kernels.thinning import AliasTable, smh_test, taylor_phi, whitened_phi
+from ..kernels.phi import path_phi, taylor_phi, whitened_phi
+from ..kernels.thinning import AliasTable, smh_test
 from .base import BASE_STATS, SubsampleStep
 
 __all__ = ["ScalableMH"]
@@ -84,7 +85,11 @@ class ScalableMH(SubsampleStep):
         ``1e-6``). Each row's constant is then the supremum of its derivative over the
         interval its linear predictor can reach in the ball
         (:mod:`pymc_subsample.kernels.region`), smaller than the global one, and finite
-        for a Poisson likelihood with a log link. A pair with a point outside the ball
+        for a Poisson likelihood with a log link. Rows with an unknown scale or shape
+        (Normal, Student-t, Gamma-log, NegativeBinomial-log) take the suprema of their
+        partials over the box that ``(eta_i, log scale)`` can reach, with the path step
+        factor (:func:`~pymc_subsample.kernels.phi.path_phi`); they need the region.
+        A pair with a point outside the ball
         takes the exact full-data test (stat ``fallback``), so the chain stays exact.
         ``None``: global bounds (not available for Poisson).
     data_test : {"factorised", "poisson"}, optional
@@ -286,7 +291,8 @@ class ScalableMH(SubsampleStep):
         if self.bound_form == "whitened":
             w = self._whiten_inv
             z, zp = w @ (q - self.theta_hat), w @ (q_prop - self.theta_hat)
-            phi = whitened_phi(z, zp, self.order)
+            two = self._glm_spec is not None and self._glm_spec.two_param
+            phi = (path_phi if two else whitened_phi)(z, zp, self.order)
             if self.region is not None:
                 outside = max(float(z @ z), float(zp @ zp)) > self.region**2
         else:
