@@ -90,13 +90,14 @@ def _sample(model, make_step, *, tune, draws, seed):
     return idata, wall
 
 
-def _summary(idata):
+def _summary(idata, names=("a", "b", "s")):
+    """``name -> (mean, sd, mcse, bulk ESS)`` per component of the named variables."""
     import arviz as az
 
     from pymc_subsample.diagnostics import get_group
 
     post = get_group(idata, "posterior")
-    names = [v for v in ("a", "b", "s") if v in post]
+    names = [v for v in names if v in post]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         ds = post[names]
@@ -109,6 +110,19 @@ def _summary(idata):
         out[v] = (x.mean(0), x.std(0), np.ravel(np.asarray(mcse[v].values)),
                   np.ravel(np.asarray(ess[v].values)))
     return out
+
+
+def compare(a, b):
+    """``(z max, sd err max, sd z max, min ESS a, min ESS b)`` of two :func:`_summary`
+    results: mean differences in combined MCSEs, relative sd differences, and those in
+    units of their standard error (about ``sd / sqrt(2 ESS)`` each)."""
+    z = max(float(np.max(np.abs(a[v][0] - b[v][0]) / np.hypot(a[v][2], b[v][2]))) for v in a)
+    sd_err = max(float(np.max(np.abs(a[v][1] / b[v][1] - 1.0))) for v in a)
+    sd_z = max(float(np.max(np.abs(a[v][1] - b[v][1]) / np.hypot(
+        a[v][1] / np.sqrt(2 * a[v][3]), b[v][1] / np.sqrt(2 * b[v][3])))) for v in a)
+    ess_a = min(float(np.min(a[v][3])) for v in a)
+    ess_b = min(float(np.min(b[v][3])) for v in b)
+    return z, sd_err, sd_z, ess_a, ess_b
 
 
 def main():
@@ -135,15 +149,7 @@ def main():
         nuts, t_nuts = _sample(model, lambda: None, tune=nuts_tune, draws=nuts_draws,
                                seed=100 + k)
         ss = get_group(smh, "sample_stats")
-        a, b = _summary(smh), _summary(nuts)
-        z = max(float(np.max(np.abs(a[v][0] - b[v][0]) / np.hypot(a[v][2], b[v][2])))
-                for v in a)
-        sd_err = max(float(np.max(np.abs(a[v][1] / b[v][1] - 1.0))) for v in a)
-        # standard error of an sd estimate from ESS draws: about sd / sqrt(2 ESS)
-        sd_z = max(float(np.max(np.abs(a[v][1] - b[v][1]) / np.hypot(
-            a[v][1] / np.sqrt(2 * a[v][3]), b[v][1] / np.sqrt(2 * b[v][3])))) for v in a)
-        ess_a = min(float(np.min(a[v][3])) for v in a)
-        ess_b = min(float(np.min(b[v][3])) for v in b)
+        z, sd_err, sd_z, ess_a, ess_b = compare(_summary(smh), _summary(nuts))
         ratio = (ess_a / t_smh) / (ess_b / t_nuts)
         print(f"{family:<12} {float(np.mean(ss['data_used'].values)):>9.2f} "
               f"{float(np.mean(ss['accepted'].values)):>5.2f} {ess_a / (2 * draws):>8.2f} "

@@ -18,7 +18,7 @@ rounding, covered by a relative margin).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pytensor.tensor as pt
@@ -33,7 +33,7 @@ try:
 except ImportError:  # pragma: no cover
     from pytensor.graph.basic import ancestors
 
-__all__ = ["GLMSpec", "detect_glm", "glm_psi", "SUPPORTED_TEXT"]
+__all__ = ["GLMSpec", "detect_glm", "glm_psi", "chunk_psi", "eta_is_affine", "SUPPORTED_TEXT"]
 
 SUPPORTED_TEXT = (
     "bounds='auto' recognises one observed variable whose row terms depend on the step's "
@@ -44,6 +44,9 @@ SUPPORTED_TEXT = (
     "free variable; pm.Poisson(mu=pm.math.exp(eta)); pm.NegativeBinomial(mu=pm.math.exp(eta), "
     "alpha) and pm.Gamma with mean pm.math.exp(eta) and shape alpha fixed or a positive "
     "free variable (the last four and unknown scales need region bounds, the default). "
+    "For the one-parameter families (Bernoulli-logit, Poisson-log, Normal and Student-t "
+    "with fixed scales) eta may also be affine in data-free parameter expressions only, "
+    "as in a non-centred hierarchical model, mu + tau * z[g] + X @ beta. "
     "For any other model "
     "pass bounds=callable: bounds(order) -> array of N per-row "
     "constants psi_i >= sup |(order+1)-th partial derivatives of -log p(x_i | q)| over the "
@@ -62,6 +65,7 @@ class GLMSpec:
     eta: object  # model expression (in terms of value variables)
     params: dict  # fixed family parameters: arrays broadcastable to (N,)
     log_scale: object = None  # two-parameter rows: log scale / log shape expression
+    compiled: dict = field(default_factory=dict, repr=False)  # functions built once
 
     @property
     def two_param(self) -> bool:
@@ -183,6 +187,21 @@ _PIECE_WIDTH = 0.1
 _MAX_PIECES = 8
 
 
+def eta_is_affine(engine, spec, q_hat) -> bool:
+    """Whether the linear predictor of ``spec`` is affine in the step's ``q``."""
+    fn = _eta_fn(engine, spec)
+    return _check_affine(
+        engine, lambda q, *data: np.broadcast_to(fn(q, *data)[0], (data[0].shape[0],)),
+        np.asarray(q_hat, dtype=np.float64))
+
+
+def _eta_fn(engine, spec):
+    """``f(q, *rows) -> [eta]``, compiled once per spec."""
+    if "eta" not in spec.compiled:
+        spec.compiled["eta"] = engine.compile_batch([pt.as_tensor_variable(spec.eta)])
+    return spec.compiled["eta"]
+
+
 def _require_affine(engine, fn, q_hat, what, spec):
     if not _check_affine(engine, fn, q_hat):
         extra = ("; a scale or shape must be a positive free variable (log-transformed) or "
@@ -285,7 +304,7 @@ def glm_psi(engine, spec: GLMSpec, order: int, q_hat, *, chunk: int = 65536,
     q_hat = np.asarray(q_hat, dtype=np.float64)
     if spec.two_param:
         return _two_param_psi(engine, spec, order, q_hat, chunk, whiten, radius)
-    eta_fn = engine.compile_batch([pt.as_tensor_variable(spec.eta)])
+    eta_fn = _eta_fn(engine, spec)
 
     def eta(q, data):
         out = eta_fn(q, *data)[0]
@@ -316,27 +335,42 @@ def glm_psi(engine, spec: GLMSpec, order: int, q_hat, *, chunk: int = 65536,
         data = engine.gather_slice(s, e)
         base = eta(q_hat, data)
         J = np.column_stack([eta(q_hat + eye[j], data) - base for j in range(d)])
-        M = np.abs(J).max(axis=1) if whiten is None else np.linalg.norm(J @ whiten, axis=1)
-        M *= 1.0 + 1e-7  # rounding margin: the differences of an affine function are exact
-        # this chunk's scale (Student-t, Normal): per row or one number
-        sig = None if sigma is None else (
-            np.broadcast_to(sigma, (n,))[s:e] if np.ndim(sigma) else float(sigma))
-        if radius is not None:
-            width = M * radius + 1e-9 * (1.0 + np.abs(base))
-            kw = {}
-            if spec.family == "student_t":
-                kw = {"y": np.broadcast_to(y_fn(q_hat, *data)[0], base.shape), "nu": nu,
-                      "sigma": sig}
-            elif spec.family == "normal":
-                kw = {"sigma": sig}
-            C = local_sup(spec.family, order + 1, base - width, base + width, **kw)
-            psi[s:e] = C * M ** (order + 1)
-        elif spec.family == "bernoulli_logit":
-            psi[s:e] = glm_bound_constants("bernoulli_logit", M, order)
-        else:
-            kw = {"nu": nu} if spec.family == "student_t" else {}
-            # f(eta) = g((y - eta) / sigma): the m-th derivative scales as sigma^-m
-            psi[s:e] = glm_bound_constants(
-                spec.family, M, order, scale=1.0 / np.asarray(sig), sigma=1.0, **kw
-            )
+        y = None if y_fn is None else np.broadcast_to(y_fn(q_hat, *data)[0], base.shape)
+        psi[s:e] = chunk_psi(spec, order, J, base, whiten=whiten, radius=radius, y=y,
+                             sigma=_chunk_param(sigma, n, s, e), nu=nu)
     return psi
+
+
+def _chunk_param(value, n, start, stop):
+    """A fixed family parameter for rows ``start:stop``: per row or one number."""
+    if value is None:
+        return None
+    return np.broadcast_to(value, (n,))[start:stop] if np.ndim(value) else float(value)
+
+
+def chunk_psi(spec, order, J, base, *, whiten=None, radius=None, y=None, sigma=None, nu=None):
+    """Bound constants of a chunk of one-parameter GLM rows from their predictor Jacobian.
+
+    ``J`` (rows x coordinates): the exact Jacobian of the affine linear predictor;
+    ``base``: the predictors at the centre. The row factor is ``M_i = max_j |J_ij|``
+    (Cornish et al. 2019, eq. 12) or, with ``whiten``, ``||J_i L||``; with ``radius`` the
+    supremum of ``|f^(k+1)|`` is taken over ``base_i -+ M_i radius`` only (region bounds,
+    :func:`pymc_subsample.kernels.region.local_sup`), else over the whole line.
+    """
+    M = np.abs(J).max(axis=1) if whiten is None else np.linalg.norm(J @ whiten, axis=1)
+    M = M * (1.0 + 1e-7)  # rounding margin: the differences of an affine function are exact
+    if radius is not None:
+        width = M * radius + 1e-9 * (1.0 + np.abs(base))
+        kw = {}
+        if spec.family == "student_t":
+            kw = {"y": y, "nu": nu, "sigma": sigma}
+        elif spec.family == "normal":
+            kw = {"sigma": sigma}
+        C = local_sup(spec.family, order + 1, base - width, base + width, **kw)
+        return C * M ** (order + 1)
+    if spec.family == "bernoulli_logit":
+        return glm_bound_constants("bernoulli_logit", M, order)
+    kw = {"nu": nu} if spec.family == "student_t" else {}
+    # f(eta) = g((y - eta) / sigma): the m-th derivative scales as sigma^-m
+    return glm_bound_constants(spec.family, M, order, scale=1.0 / np.asarray(sigma),
+                               sigma=1.0, **kw)

@@ -59,6 +59,7 @@ __all__ = [
     "Langevin",
     "PreconditionedRandomWalk",
     "PCN",
+    "SurrogateHMC",
     "UserProposal",
     "as_proposal",
     "make_proposal",
@@ -401,6 +402,36 @@ class Proposal(ABC):
 # ---------------------------------------------------------------------------------------
 
 
+class _Welford:
+    """Running mean and covariance of tuning states (Welford's algorithm)."""
+
+    def __init__(self, ndim):
+        self.n = 0
+        self.mean = np.zeros(ndim)
+        self.m2 = np.zeros((ndim, ndim))
+
+    def add(self, q):
+        q = np.asarray(q, dtype=np.float64).reshape(-1)
+        self.n += 1
+        delta = q - self.mean
+        self.mean += delta / self.n
+        self.m2 += np.outer(delta, q - self.mean)
+
+    def covariance(self, min_n):
+        """The window's covariance, shrunk towards its diagonal (``n / (n + 5)``, as
+        Stan regularises its metric), or None with fewer than ``min_n`` states or a
+        dimension that never moved."""
+        if self.n < min_n:
+            return None
+        S = self.m2 / (self.n - 1)
+        diag = np.diag(S).copy()
+        if not np.all(np.isfinite(diag)) or np.any(diag <= 0.0):
+            return None
+        S = (self.n / (self.n + 5.0)) * 0.5 * (S + S.T)
+        S[np.diag_indices_from(S)] = diag + 1e-3 * (5.0 / (self.n + 5.0)) * diag
+        return S
+
+
 class RandomWalk(Proposal):
     """Gaussian random-walk proposal, optionally with adaptive covariance.
 
@@ -506,9 +537,7 @@ class RandomWalk(Proposal):
         # adaptive covariance
         self._cov_L = self._cov_L0  # Cholesky factor of the covariance (None: diagonal mode)
         self._L_scaled = None
-        self._w_n = 0
-        self._w_mean = np.zeros(self.ndim)
-        self._w_m2 = np.zeros((self.ndim, self.ndim)) if self.adapt_covariance else None
+        self._window = _Welford(self.ndim) if self.adapt_covariance else None
         self._refresh_scaled()
 
     # -- draw ------------------------------------------------------------------------
@@ -548,16 +577,13 @@ class RandomWalk(Proposal):
         q = np.asarray(q, dtype=np.float64).reshape(-1)
         if q.shape != (self.ndim,):
             raise ValueError(f"tune(q=...) needs a vector of length {self.ndim}, got shape {q.shape}.")
-        self._w_n += 1
-        delta = q - self._w_mean
-        self._w_mean += delta / self._w_n
-        self._w_m2 += np.outer(delta, q - self._w_mean)
+        self._window.add(q)
 
     def _estimate_factor(self):
         """Cholesky factor of the regularised covariance of the current window, or None."""
-        n = self._w_n
+        n = self._window.n
         d = self.ndim
-        S = self._w_m2 / (n - 1)
+        S = self._window.m2 / (n - 1)
         S = 0.5 * (S + S.T)
         diag = np.diag(S).copy()
         cur_sd = np.sqrt(np.diag(self.proposal_cov))
@@ -591,7 +617,7 @@ class RandomWalk(Proposal):
                     self._warned_no_q = True
             else:
                 self._welford_add(q)
-                n = self._w_n
+                n = self._window.n
                 if n >= self.cov_start and (n - self.cov_start) % self.cov_update_interval == 0:
                     L = self._estimate_factor()
                     if L is not None:
@@ -602,15 +628,13 @@ class RandomWalk(Proposal):
                             if self.adapt:
                                 self._adapter.start(0.0, -40.0, self._log_max_up)
                             self._mult = 1.0
-                            self._w_n = 0
-                            self._w_mean[:] = 0.0
-                            self._w_m2[:] = 0.0
+                            self._window = _Welford(self.ndim)
         self._refresh_scaled()
 
     def _finish_tuning(self):
         if self.adapt and self._adapter.t > 0:
             self._mult = math.exp(self._adapter.xbar)
-        if self.adapt_covariance and self._cov_L is not None and self._w_n >= self.cov_start:
+        if self.adapt_covariance and self._cov_L is not None and self._window.n >= self.cov_start:
             L = self._estimate_factor()
             if L is not None:
                 self._cov_L = L
@@ -1219,6 +1243,175 @@ class UserProposal(Proposal):
 
 
 # ---------------------------------------------------------------------------------------
+# Hamiltonian moves on a data-free surrogate
+# ---------------------------------------------------------------------------------------
+
+
+class SurrogateHMC(Proposal):
+    """Hamiltonian trajectory on a data-free surrogate of the posterior, as a proposal.
+
+    ``grad_fn(q)`` (from :meth:`setup`) is the gradient of a surrogate log density
+    ``log pi_hat`` that costs no data: for ScalableMH, the log prior plus the Taylor
+    proxy's closed-form sum (the first factor of the factorised test). A draw refreshes a
+    momentum ``r ~ N(0, I)`` in whitened coordinates ``q = m + L x`` (``L L' = cov``), runs
+    ``n = ceil(path_length / h)`` leapfrog steps of size ``h`` (jittered by a factor in [0.8, 1.2] each draw) and
+    returns the end point with ``log_ratio = (|r|^2 - |r'|^2) / 2``.
+
+    Why the step stays exact: leapfrog composed with a momentum flip is an involution
+    that preserves volume whatever force it integrates (each half step is a shear), so
+    the extended target ``pi(q) N(r)`` is kept invariant by the MH test with ratio
+    ``pi(q') N(r') / (pi(q) N(r))`` (Neal 2011, "MCMC using Hamiltonian dynamics",
+    Sec. 3.2). ScalableMH splits that ratio into the factors of its factorised test
+    (Cornish et al. 2019, eq. 10): the surrogate part ``pi_hat(q') N(r') / (pi_hat(q)
+    N(r))``, which this ``log_ratio`` plus the step's prior and proxy terms give exactly,
+    and the data factors of the remainders, read by Poisson thinning. The surrogate only
+    guides the trajectory; the ``N`` rows' likelihood is never approximated. This is the
+    idea of Hamiltonian Monte Carlo with energy-conserving subsampling (Dang, Quiroz,
+    Kohn, Tran & Villani 2019), with SMH's exact correction in place of a pseudo-marginal
+    one.
+
+    The trajectory follows curved posteriors (a non-centred hierarchical model's funnel
+    ridge) that a Gaussian random walk or pCN proposal crosses only in small steps.
+
+    Parameters
+    ----------
+    step_size : float, optional
+        Starting leapfrog step ``h`` in whitened units (default ``min(1, 1.5 /
+        ndim^(1/4))``). Tuned toward ``target_accept`` while tuning.
+    max_steps : int, default 64
+        At most this many leapfrog steps per draw (the integration time shortens when
+        tuning makes ``h`` small).
+    adapt_mass : bool, default True
+        While tuning, replace the whitening covariance by the covariance of the tuning
+        states in windows of 100, 200, 400, ... steps (Stan's doubling windows): the
+        Laplace fit at the joint mode of a hierarchical model can be far from the
+        posterior's bulk.
+    path_length : float, default 5.0
+        Integration time ``n h`` in whitened units (a unit Gaussian's period is ``2 pi``).
+        Long enough to travel along the curved ridge of a non-centred hierarchical
+        posterior: on a 20-group logistic model (N = 10^4) the ESS of the group scale was
+        65, 142 and 293 per 4,000 draws with 1.6, 3 and 5.
+    adapt : bool, default True
+    target_accept : float, default 0.8
+    adapt_gain, adapt_t0, adapt_kappa : float
+        Robbins-Monro gain parameters (on ``log h``).
+
+    Notes
+    -----
+    ``scaling`` reports ``h``. ``setup`` requires ``grad_fn(q) -> ndarray`` (a
+    full-vector gradient, not the minibatch gradient of :class:`Langevin`) and ``cov``.
+    """
+
+    def __init__(self, step_size: float | None = None, *, path_length: float = 5.0,
+                 max_steps: int = 64, adapt: bool = True, adapt_mass: bool = True,
+                 target_accept: float = 0.8, adapt_gain: float = 1.0,
+                 adapt_t0: float = 10.0, adapt_kappa: float = 0.6):
+        super().__init__(adapt=adapt, target_accept=target_accept, adapt_gain=adapt_gain,
+                         adapt_t0=adapt_t0, adapt_kappa=adapt_kappa)
+        self._user_h = None if step_size is None else _positive_scalar(step_size, "step_size")
+        self.path_length = _positive_scalar(path_length, "path_length")
+        if isinstance(max_steps, bool) or int(max_steps) != max_steps or max_steps < 1:
+            raise ValueError(f"max_steps must be a positive integer, got {max_steps!r}.")
+        self.max_steps = int(max_steps)
+        self.adapt_mass = bool(adapt_mass)
+
+    def _setup(self, ndim, *, scaling, grad_fn, n_total, mode, cov):
+        if grad_fn is None or cov is None:
+            raise ValueError(
+                "SurrogateHMC needs setup(..., grad_fn=g, cov=C): g(q) the gradient of the "
+                "data-free surrogate log density, C a covariance for the whitening (the "
+                "inverse Hessian at theta_hat).")
+        self._grad = grad_fn
+        self._factor0 = _CovFactor(cov, ndim, "cov")
+        if self._user_h is not None:
+            h0 = self._user_h
+        elif scaling is not None:
+            h0 = _positive_scalar(scaling, "scaling (SurrogateHMC step size)")
+        else:
+            h0 = min(1.0, 1.5 / ndim**0.25)
+        self._h0 = h0
+
+    def _reset_state(self):
+        x0 = math.log(self._h0)
+        self._adapter.start(x0, math.log(1e-4), math.log(self.path_length))
+        self._h = self._h0
+        self._cache = (None, None)
+        self._mass = self._factor0
+        self._window = _Welford(self.ndim)
+        self._next_mass = _MASS_WINDOW
+
+    @property
+    def scaling(self) -> float:
+        """The leapfrog step ``h`` (whitened units)."""
+        self._require_setup()
+        return self._h
+
+    def _grad_x(self, q):
+        """Gradient in the whitened coordinates, ``L' grad(q)``; remembers the last."""
+        key, val = self._cache
+        if key is not None and np.array_equal(key, q):
+            return val
+        g = self._mass.mul_t(np.asarray(self._grad(q), dtype=np.float64))
+        self._cache = (q.copy(), g)
+        return g
+
+    def draw(self, q, rng):
+        """Leapfrog trajectory; ``log_ratio`` is the kinetic energy's change (``-inf``,
+        a sure rejection, when the trajectory diverges to non-finite gradients)."""
+        q = self._check_q(q)
+        with np.errstate(all="ignore"):
+            return self._trajectory(q, rng)
+
+    def _trajectory(self, q, rng):
+        f = self._mass
+        h = self._h * rng.uniform(0.8, 1.2)
+        n = min(self.max_steps, max(1, int(math.ceil(self.path_length / h))))
+        r0 = rng.standard_normal(self.ndim)
+        g = self._grad_x(q)
+        if not np.all(np.isfinite(g)):
+            return q, -math.inf
+        r = r0 + 0.5 * h * g
+        x = np.zeros(self.ndim)
+        q_new = q
+        for i in range(n):
+            x = x + h * r
+            q_new = q + f.mul(x)
+            g = self._grad_x(q_new)
+            if not np.all(np.isfinite(g)):
+                return q_new, -math.inf
+            r = r + (h if i < n - 1 else 0.5 * h) * g
+        return q_new, 0.5 * (float(r0 @ r0) - float(r @ r))
+
+    def _tune(self, accepted, q):
+        if self.adapt:
+            self._h = math.exp(self._adapter.update(accepted))
+        if self.adapt_mass and q is not None:
+            self._window.add(q)
+            if self._adapter.t >= self._next_mass:
+                # windows of 100, 200, 400, ... tuning steps (Stan's doubling windows)
+                self._next_mass = 2 * self._adapter.t + _MASS_WINDOW
+                cov = self._window.covariance(min_n=max(2 * self.ndim, 50))
+                self._window = _Welford(self.ndim)
+                if cov is not None:
+                    try:
+                        self._mass = _CovFactor(cov, self.ndim, "estimated covariance")
+                    except ValueError:
+                        return
+                    self._cache = (None, None)
+                    if self.adapt:
+                        self._adapter.start(math.log(self._h), math.log(1e-4),
+                                            math.log(self.path_length))
+
+    def _finish_tuning(self):
+        if self.adapt and self._adapter.t > 0:
+            self._h = math.exp(self._adapter.xbar)
+
+
+#: first tuning window of SurrogateHMC's mass-matrix adaptation
+_MASS_WINDOW = 100
+
+
+# ---------------------------------------------------------------------------------------
 # factories
 # ---------------------------------------------------------------------------------------
 
@@ -1227,6 +1420,7 @@ _REGISTRY: dict[str, type[Proposal]] = {
     "langevin": Langevin,
     "preconditioned": PreconditionedRandomWalk,
     "pcn": PCN,
+    "surrogate_hmc": SurrogateHMC,
 }
 
 #: Names accepted by :func:`make_proposal` and :func:`as_proposal`.
@@ -1239,7 +1433,8 @@ def make_proposal(spec: str | type[Proposal], **kwargs: Any) -> Proposal:
     Parameters
     ----------
     spec : str or type
-        ``"random_walk"``, ``"langevin"``, ``"preconditioned"`` or ``"pcn"`` (case and
+        ``"random_walk"``, ``"langevin"``, ``"preconditioned"``, ``"pcn"`` or
+        ``"surrogate_hmc"`` (ScalableMH only; case and
         ``-``/``_`` insensitive), or a :class:`Proposal` subclass.
     **kwargs
         Passed to the constructor, e.g. ``make_proposal("pcn", rho=0.5)``.

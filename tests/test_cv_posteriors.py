@@ -495,3 +495,59 @@ def test_hierarchical_failure_is_not_silent(method):
                        keep_warning_stat=True)
     found = sampler_warnings(idata, "the Laplace fit there is poor")
     assert len(found[0]) == 1, sampler_warnings(idata)
+
+
+def _run_scalable(model, step_cls, seed=20190527):
+    t0 = time.perf_counter()
+    with model, warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        step = step_cls()
+        idata = run_sample(model, step, draws=4_000, tune=1_000, chains=CHAINS, seed=seed,
+                           cores=1)
+    return step, idata, time.perf_counter() - t0
+
+
+def _accepts_every_proposal():
+    """ScalableMH that accepts every proposal (a deliberately broken sampler: the
+    surrogate trajectories uncorrected)."""
+    from pymc_subsample import ScalableMH
+
+    class AcceptsEveryProposal(ScalableMH):
+        def _decide(self, q, q_prop, log_prior_ratio, log_qratio):
+            _, stats = super()._decide(q, q_prop, log_prior_ratio, log_qratio)
+            return True, stats
+
+    return AcceptsEveryProposal
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("broken", [False, True], ids=["ScalableMH", "broken"])
+def test_scalable_mh_non_centred_hierarchical_is_exact(broken, references, record_property):
+    """ScalableMH() with no arguments on the non-centred hierarchical model (where the
+    minibatch steps' defaults fail): its linear predictor ``mu + tau * z[g] + b * x`` is
+    not affine in the sampled variables, so the bounds and control variates live in the
+    predictor coordinates ``(b, mu + tau * z)`` and the proposal is the surrogate HMC.
+    The step is exact: no bias allowance, only ``K`` MCSE. A step that accepts every
+    proposal must be caught by the same check."""
+    import pymc_subsample as pms
+
+    model, ref = references("hierarchical")
+    step_cls = _accepts_every_proposal() if broken else pms.ScalableMH
+    step, idata, seconds = _run_scalable(model, step_cls)
+    assert step._vmap is not None and type(step.proposal).__name__ == "SurrogateHMC"
+    n = n_rows_of(model)
+    used = np.asarray(sample_stats(idata)["data_used"].values, dtype=float)
+    rows, failures = check(refpost._flat_draws(idata), ref, bias=0.0)
+    s = summary(rows)
+    line = (f"hierarchical x {step_cls.__name__}: max|mean err|/sd {s['max_err']:.3f}, "
+            f"max|sd err|/sd {s['max_sd_err']:.3f}, min bulk ESS {s['min_ess']:.0f}, rows/step "
+            f"{used.mean():.1f} of {n}, acceptance "
+            f"{float(np.mean(sample_stats(idata)['accepted'].values)):.3f}, {seconds:.1f} s")
+    record_property("summary", line)
+    print(f"\n{line}\n{report(rows)}")
+    if broken:
+        assert failures, f"the check did not catch the broken sampler:\n{report(rows)}"
+        return
+    assert used.max() <= n
+    assert used.mean() < 0.05 * n, line
+    assert not failures, f"{line}\n{failures} outside {K} MCSE or ESS < {MIN_ESS}:\n{report(rows)}"

@@ -672,7 +672,7 @@ def test_user_proposal_function_and_hooks():
 
 
 def test_make_proposal_names():
-    assert PROPOSAL_NAMES == ("random_walk", "langevin", "preconditioned", "pcn")
+    assert PROPOSAL_NAMES == ("random_walk", "langevin", "preconditioned", "pcn", "surrogate_hmc")
     assert isinstance(make_proposal("random_walk"), RandomWalk)
     assert isinstance(make_proposal("Random-Walk"), RandomWalk)
     assert isinstance(make_proposal("langevin", batch_size=7), Langevin)

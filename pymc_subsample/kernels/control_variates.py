@@ -74,6 +74,13 @@ class TaylorProxy:
         return out
 
 
+    def grad(self, q) -> np.ndarray:
+        """Gradient of ``sum_i lhat_i`` at ``q``: ``G + H (q - c)`` (``G`` for order 1)."""
+        if self.order == 1:
+            return self.grad_sum.copy()
+        return self.grad_sum + self.hess_sum @ (np.asarray(q, dtype=np.float64) - self.center)
+
+
 def residuals(terms: np.ndarray) -> np.ndarray:
     """Residual differences ``r_i`` from the engine's Taylor terms.
 

@@ -286,8 +286,8 @@ class ThinningResult:
     n_poisson : int
         ``K``, the Poisson number of candidate rows.
     data_used : int
-        Rows whose ``lambda`` was evaluated (length of all row arrays passed to
-        ``remainder_fn``; at most ``K``).
+        Distinct rows whose ``lambda`` was evaluated, summed over the evaluation chunks
+        (at most ``K``; a row drawn twice in one chunk is read once).
     poisson_rate : float
         ``phi * Psi``, the mean of ``K``.
     """
@@ -299,6 +299,21 @@ class ThinningResult:
 
 
 _MAX_CHUNK = 1 << 16
+
+
+def _evaluate_rows(remainder_fn, rows):
+    """``remainder_fn`` at the drawn rows, each distinct row evaluated once.
+
+    Returns the values for every entry of ``rows`` (repeats copied) and the number of
+    distinct rows read. Poisson draws repeat rows when ``phi * Psi`` nears ``N``; reading a
+    row once keeps ``data_used`` a count of rows (never above ``N`` within one call).
+    """
+    uniq, inverse = np.unique(rows, return_inverse=True)
+    ask = rows if len(uniq) == len(rows) else uniq
+    vals = np.asarray(remainder_fn(ask), dtype=np.float64).reshape(-1)
+    if vals.shape != (len(ask),):
+        raise ValueError(f"remainder_fn returned {vals.size} values for {len(ask)} rows.")
+    return (vals if ask is rows else vals[inverse]), len(ask)
 
 
 def _checked_bound(lam, rows, phi, psi, rtol, atol):
@@ -412,14 +427,8 @@ def poisson_thinning_test(
     while remaining:
         m = remaining if remaining <= chunk else chunk
         rows = alias.sample(rng, m)
-        lam = np.asarray(remainder_fn(rows), dtype=np.float64)
-        if lam.shape != (m,):
-            lam = lam.reshape(-1)
-            if lam.shape != (m,):
-                raise ValueError(
-                    f"remainder_fn returned {lam.size} values for {m} rows."
-                )
-        used += m
+        lam, n_read = _evaluate_rows(remainder_fn, rows)
+        used += n_read
         bound = _checked_bound(lam, rows, phi, psi, rtol, atol)
         # B_j = 1 iff u_j < lambda_j / bound_j (bound_j > 0: psi_i = 0 rows are never drawn).
         u = rng.random(m)
@@ -489,21 +498,19 @@ def poisson_estimator_test(
     if k_total == 0:
         return ThinningResult(True, 0, 0, rate)
     rows = alias.sample(rng, k_total)
-    dif = np.asarray(remainder_fn(rows), dtype=np.float64).reshape(-1)
-    if dif.shape != (k_total,):
-        raise ValueError(f"remainder_fn returned {dif.size} values for {k_total} rows.")
+    dif, n_read = _evaluate_rows(remainder_fn, rows)
     bound = _checked_bound(np.abs(dif), rows, float(phi), psi, rtol, atol)
     f = np.maximum(bound + np.minimum(0.0, dif), 0.0)
     fp = np.maximum(bound - np.maximum(0.0, dif), 0.0)
     kept = rng.random(k_total) * bound < f
     if not kept.any():
-        return ThinningResult(True, k_total, k_total, rate)
+        return ThinningResult(True, k_total, n_read, rate)
     f, fp = f[kept], fp[kept]
     if np.any(fp <= 0.0):
-        return ThinningResult(False, k_total, k_total, rate)
+        return ThinningResult(False, k_total, n_read, rate)
     log_r = float(np.sum(np.log(fp) - np.log(f)))
     accept = log_r >= 0.0 or rng.random() < math.exp(log_r)
-    return ThinningResult(bool(accept), k_total, k_total, rate)
+    return ThinningResult(bool(accept), k_total, n_read, rate)
 
 
 # ---------------------------------------------------------------------------------------

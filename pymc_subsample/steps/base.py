@@ -329,12 +329,16 @@ class SubsampleStep(ArrayStepShared):
                 accepted, extra = self._decide(q, q_prop, log_prior_ratio, log_qratio)
                 stats.update(extra)
         if self.tune and self.adapt and hasattr(self.proposal, "tune"):
-            self.proposal.tune(bool(accepted), q=q_prop if accepted else q)
+            self.proposal.tune(self._tune_signal(accepted), q=q_prop if accepted else q)
         stats["accepted"] = bool(accepted)
         stats["scaling"] = float(getattr(self.proposal, "scaling", np.nan))
         stats["warning"] = self._pending.pop(0) if self._pending else None
         q_new = q_prop if accepted else q
         return RaveledVars(q_new, q0.point_map_info), [stats]
+
+    def _tune_signal(self, accepted):
+        """What the proposal's tuning sees after a step: whether it accepted."""
+        return bool(accepted)
 
     @abstractmethod
     def _decide(self, q, q_prop, log_prior_ratio, log_qratio):

@@ -12,7 +12,11 @@ import numpy as np
 import scipy.linalg as sla
 
 from ..center import center_at, find_center, parse_point
-from ..glm import SUPPORTED_TEXT, detect_glm, glm_psi
+from ..glm import SUPPORTED_TEXT, chunk_psi, detect_glm, eta_is_affine, glm_psi
+from ..kernels.control_variates import TaylorProxy
+from ..kernels.predictor import PREDICTOR_FAMILIES
+from ..predictor import predictor_map
+from ..proposals import SurrogateHMC
 from ..kernels.control_variates import residuals
 from ..kernels.phi import path_phi, taylor_phi, whitened_phi
 from ..kernels.thinning import AliasTable, smh_test
@@ -49,8 +53,11 @@ class ScalableMH(SubsampleStep):
     proposal : str or object, optional
         ``None`` picks ``"pcn"`` for order 2 (reversible w.r.t. the Gaussian approximation
         ``N(m, H^-1)``, ``m = theta_hat - H^-1 grad U(theta_hat)``) and
-        ``"preconditioned"`` (random walk with covariance ``H^-1``) for order 1; either
-        name, ``"random_walk"``, or an object with ``draw(q, rng) -> (q_new, log_ratio)``.
+        ``"preconditioned"`` (random walk with covariance ``H^-1``) for order 1, and
+        ``"surrogate_hmc"`` (:class:`~pymc_subsample.proposals.SurrogateHMC`, a leapfrog
+        trajectory on the data-free surrogate) whenever the bounds live in predictor
+        coordinates (below); any of these names, ``"random_walk"``, or an object with
+        ``draw(q, rng) -> (q_new, log_ratio)``.
     rho : float, optional
         pCN autocorrelation in ``[0, 1)``; ``None`` tunes it during tuning.
     scaling : float, optional
@@ -108,6 +115,16 @@ class ScalableMH(SubsampleStep):
 
     Notes
     -----
+    Predictor coordinates. When the linear predictor of a one-parameter GLM
+    (Bernoulli-logit, Poisson-log, Normal or Student-t with fixed scale) is not affine in
+    the step's unconstrained variables but is affine in a few data-free parameter
+    expressions, ``eta_i = a_i . v(q) + o_i`` (a non-centred hierarchical model:
+    ``v = (beta, mu + tau * z)``), the Taylor control variates, the whitening, the region
+    and the bound constants are taken in ``v`` (:mod:`pymc_subsample.predictor`), and
+    ``v`` is evaluated exactly at both points of every step. The factorisation of the
+    target, and hence exactness, is unchanged (Cornish et al. 2019, eq. 10 with the
+    proxy expanded in ``v``).
+
     Sample stats per draw: ``accepted``, ``data_used`` (rows whose likelihood was
     evaluated: at most ``K``, or ``N`` on a fallback), ``n_batches``, ``scaling``,
     ``poisson_rate`` (``phi * Psi``) and ``fallback`` (the full-data test was used).
@@ -174,6 +191,9 @@ class ScalableMH(SubsampleStep):
             raise ValueError(
                 f"data_test must be 'factorised' (SMH) or 'poisson' (MH-SS), got {data_test!r}.")
         self.data_test = data_test
+        # None: pCN (order 2) or the preconditioned random walk (order 1); surrogate HMC
+        # when the bounds live in predictor coordinates (a curved posterior)
+        self._default_proposal = proposal is None
         if proposal is None:
             proposal = "pcn" if self.order == 2 else "preconditioned"
         proposal_kwargs = dict(kwargs.pop("proposal_kwargs", None) or {})
@@ -211,10 +231,14 @@ class ScalableMH(SubsampleStep):
         if self.bound_form == "whitened":
             self._whiten_inv = sla.solve_triangular(
                 self._laplace_chol, np.eye(self.ndim), lower=True)
-        r = self._region_arg
-        self.region = (math.sqrt(self.ndim) + 4.0) if r == "auto" else (
-            None if r is None else float(r))
-        self.psi = self._bound_constants()
+        self._vmap = None
+        if self._uses_predictor_coordinates():
+            self.psi = self._setup_predictor_coordinates(cov)
+        else:
+            r = self._region_arg
+            self.region = (math.sqrt(self.ndim) + 4.0) if r == "auto" else (
+                None if r is None else float(r))
+            self.psi = self._bound_constants()
         if self.psi.shape != (self.n_rows,) or not np.all(np.isfinite(self.psi)) or np.any(
             self.psi < 0
         ):
@@ -224,14 +248,87 @@ class ScalableMH(SubsampleStep):
             )
         self.psi_total = float(self.psi.sum())
         self.alias = AliasTable(self.psi) if self.psi_total > 0 else None
+        if self._vmap is not None and self._default_proposal:
+            self.proposal = SurrogateHMC()
+        surrogate = isinstance(self.proposal, SurrogateHMC)
         self.proposal.setup(
             self.ndim,
             scaling=scaling,
-            grad_fn=self._minibatch_grad,
+            grad_fn=self._surrogate_grad if surrogate else self._minibatch_grad,
             n_total=self.n_rows,
             mode=gauss_mean if _proposal_name(self.proposal) == "PCN" else self.theta_hat,
             cov=cov,
         )
+
+    def _tune_signal(self, accepted):
+        """SurrogateHMC tunes its step size on the first factor's acceptance probability
+        (the Hamiltonian error on the surrogate), as HMC does; other proposals on the
+        decision."""
+        p, self._first_prob = getattr(self, "_first_prob", 0.0), 0.0
+        return p if isinstance(self.proposal, SurrogateHMC) else bool(accepted)
+
+    def _surrogate_grad(self, q):
+        """Gradient of the data-free surrogate ``log prior + sum_i lhat_i`` (the first
+        factor's target), for :class:`~pymc_subsample.proposals.SurrogateHMC`."""
+        _, g_prior = self.engine.prior_and_grad(q)
+        if self._vmap is None:
+            return g_prior + self.proxy.grad(q)
+        return g_prior + self._vmap.vjp(q, self.proxy.grad(self._vmap.v(q)))
+
+    def _uses_predictor_coordinates(self) -> bool:
+        """``bounds="auto"`` on a one-parameter GLM whose linear predictor is not affine
+        in ``q`` (a non-centred hierarchical model, a log-transformed coefficient): the
+        control variates and bounds then live in the predictor coordinates
+        (:mod:`pymc_subsample.predictor`)."""
+        spec = self._glm_spec
+        if spec is None or spec.two_param or spec.family not in PREDICTOR_FAMILIES:
+            return False
+        if eta_is_affine(self.engine, spec, self.theta_hat):
+            return False
+        if self.bound_form != "whitened":
+            raise ValueError(
+                f"ScalableMH: the linear predictor of observed '{spec.observed}' is not affine "
+                "in the step's unconstrained variables; its bounds are taken in the "
+                "predictor's own coordinates, which needs bound_form='whitened'.")
+        return True
+
+    def _setup_predictor_coordinates(self, cov):
+        """Taylor proxy, whitening, region and bound constants in the predictor
+        coordinates ``v = v(q)`` (:mod:`pymc_subsample.kernels.predictor`): one pass."""
+        spec = self._glm_spec
+        vmap = predictor_map(self.engine, spec)
+        v_hat = vmap.v(self.theta_hat)
+        if not vmap.check_affine(v_hat):
+            raise ValueError(
+                f"ScalableMH bounds='auto': the linear predictor of observed '{spec.observed}' "
+                "is affine neither in the step's unconstrained variables nor in its data-free "
+                "parameter expressions (e.g. a product of two sampled coefficients inside a "
+                "row term). " + SUPPORTED_TEXT)
+        jac = vmap.jacobian_v(self.theta_hat)
+        cov_v = jac @ cov @ jac.T
+        cov_v = 0.5 * (cov_v + cov_v.T)
+        # v may have more entries than q (e.g. the same coefficient twice): a tiny ridge
+        # keeps the whitening invertible; any invertible L gives valid bounds
+        ridge = 1e-10 * max(float(np.max(np.diag(cov_v))), 1e-300)
+        chol = np.linalg.cholesky(cov_v + ridge * np.eye(vmap.size))
+        self._whiten_inv = sla.solve_triangular(chol, np.eye(vmap.size), lower=True)
+        r = self._region_arg
+        self.region = (math.sqrt(vmap.size) + 4.0) if r == "auto" else (
+            None if r is None else float(r))
+        if self.region is None and spec.family == "poisson_log":
+            raise ValueError(
+                "ScalableMH: a Poisson likelihood with a log link needs region bounds "
+                "(region='auto' or a radius).")
+        nu, sigma = vmap.params.get("nu"), vmap.params.get("sigma")
+
+        def psi_chunk(J, base, y, start, stop):
+            return chunk_psi(spec, self.order, J, base, whiten=chol, radius=self.region,
+                             y=y, sigma=sigma, nu=nu)
+
+        grad, hess, psi = vmap.data_pass(v_hat, self.order, psi_chunk)
+        self.proxy = TaylorProxy(v_hat, grad, hess, self.order)
+        self._vmap, self._v_hat = vmap, v_hat
+        return psi
 
     def _check_likelihood_vars(self):
         """Refuse a likelihood that depends on variables this step does not sample.
@@ -285,18 +382,39 @@ class ScalableMH(SubsampleStep):
 
     # ------------------------------------------------------------------ the step
     def _decide(self, q, q_prop, log_prior_ratio, log_qratio):
+        vmap = self._vmap
+        if vmap is None:
+            x, x_prop, center = q, q_prop, self.theta_hat
+            remainder_fn = self._remainder_fn(q, q_prop)
+        else:  # the proxy and the bounds live in the predictor coordinates v(q)
+            x, x_prop, center = vmap.v(q), vmap.v(q_prop), self._v_hat
+            remainder_fn = vmap.remainder_fn(x, x_prop, center, self.order)
         # first factor: prior, proposal ratio and exp(-Uhat_k), exactly (O(d^2))
-        log_first = log_qratio + log_prior_ratio + self.proxy.sum_diff(q, q_prop)
+        log_first = log_qratio + log_prior_ratio + self.proxy.sum_diff(x, x_prop)
+        self._first_prob = math.exp(min(0.0, log_first)) if log_first == log_first else 0.0
         outside = False
-        if self.bound_form == "whitened":
-            w = self._whiten_inv
-            z, zp = w @ (q - self.theta_hat), w @ (q_prop - self.theta_hat)
-            two = self._glm_spec is not None and self._glm_spec.two_param
-            phi = (path_phi if two else whitened_phi)(z, zp, self.order)
-            if self.region is not None:
-                outside = max(float(z @ z), float(zp @ zp)) > self.region**2
-        else:
-            phi = taylor_phi(q, q_prop, self.theta_hat, self.order)
+        if not (np.all(np.isfinite(x_prop)) and log_first == log_first):
+            return False, {"data_used": 0, "n_batches": 0, "poisson_rate": 0.0,
+                           "fallback": False}
+        # phi = inf (a point too far for the bounds' arithmetic) takes the exact test
+        phi = math.inf
+        with np.errstate(over="ignore", invalid="ignore"):
+            if self.bound_form == "whitened":
+                w = self._whiten_inv
+                z, zp = w @ (x - center), w @ (x_prop - center)
+                far = max(float(z @ z), float(zp @ zp))
+                if self.region is not None:
+                    outside = far > self.region**2
+                if not outside and far < 1e200:
+                    two = self._glm_spec is not None and self._glm_spec.two_param
+                    phi = (path_phi if two else whitened_phi)(z, zp, self.order)
+            else:
+                try:
+                    phi = taylor_phi(q, q_prop, self.theta_hat, self.order)
+                except OverflowError:
+                    phi = math.inf
+        if self.psi_total == 0.0:
+            phi = 0.0  # the remainders vanish (e.g. a Normal likelihood with known scale)
         eng = self.engine
 
         def full_log_ratio():
@@ -309,7 +427,7 @@ class ScalableMH(SubsampleStep):
             self.psi_total,
             self.alias,
             self.psi,
-            self._remainder_fn(q, q_prop),
+            remainder_fn,
             full_log_ratio,
             truncation=self.truncation,
             force_full=outside,

@@ -1,0 +1,281 @@
+"""Predictor coordinates: a GLM's linear predictor as an affine function of a few
+parameter expressions, for ScalableMH's bounds on models whose predictor is not affine
+in the sampled variables.
+
+A non-centred hierarchical regression, ``eta_i = x_i . beta + mu + tau * z[g_i]`` with
+``tau`` sampled on the log scale, is not affine in the step's unconstrained vector ``q``:
+its third derivatives in ``log tau`` do not shrink at posterior scale, so per-row bounds
+on them are large even though their sum nearly cancels. The same predictor *is* affine in
+``v = (beta, mu + tau * z)``: after the group gather is lifted above the elementwise
+arithmetic (``mu + tau * z[g] == (mu + tau * z)[g]``), the predictor reads the
+parameters only through *parameter parts*, maximal sub-expressions that involve no data.
+Replacing each part by a slice of one vector ``v`` gives ``eta_i = a_i . v + o_i``, and
+the control variates and bounds of :mod:`pymc_subsample.kernels.predictor` apply with
+``v = v(q)`` evaluated exactly at both points of every step.
+
+The graph work (finding the parts, compiling ``v(q)`` and ``eta(v, rows)``) is here; the
+arithmetic is in :mod:`pymc_subsample.kernels.predictor` (no PyMC).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pytensor
+import pytensor.tensor as pt
+from pytensor.tensor.elemwise import Elemwise
+from pytensor.tensor.subtensor import AdvancedSubtensor
+
+try:  # PyTensor < 3 has a separate Op for a gather by one index vector
+    from pytensor.tensor.subtensor import AdvancedSubtensor1
+except ImportError:  # pragma: no cover - PyTensor 3 (PyMC 6)
+    AdvancedSubtensor1 = AdvancedSubtensor
+from pymc.pytensorf import join_nonshared_inputs
+
+from .kernels.predictor import PREDICTOR_FAMILIES, predictor_sums, remainder_difference
+
+try:
+    from pytensor.graph.traversal import ancestors, graph_inputs, io_toposort
+except ImportError:  # pragma: no cover
+    from pytensor.graph.basic import ancestors, graph_inputs, io_toposort
+
+__all__ = ["PredictorMap", "predictor_map"]
+
+
+def _gather_parts(var):
+    """``(source, index)`` when ``var = source[index]`` (one index vector, 1-D source)."""
+    own = var.owner
+    if own is None or not isinstance(own.op, (AdvancedSubtensor1, AdvancedSubtensor)):
+        return None
+    if len(own.inputs) != 2:
+        return None
+    src, idx = own.inputs
+    if src.ndim == 1 and idx.ndim == 1 and idx.dtype.startswith(("int", "uint")):
+        return src, idx
+    return None
+
+
+def _lift(op, inputs, is_param):
+    """``op(p[idx], c) -> op(p, c)[idx]`` for an elementwise op whose inputs are gathers of
+    parameter vectors by one shared index, or broadcastable parameter expressions."""
+    idx, parts = None, []
+    for x in inputs:
+        g = _gather_parts(x)
+        if g is not None and is_param(g[0]):
+            if idx is not None and g[1] is not idx:
+                return None
+            idx = g[1]
+            parts.append(g[0])
+        elif is_param(x) and x.ndim <= 1 and all(x.type.broadcastable):
+            parts.append(x)
+        else:
+            return None
+    if idx is None:
+        return None
+    return op(*parts)[idx]
+
+
+def _lift_gathers(eta, is_param):
+    mapping = {}
+    for node in io_toposort(list(graph_inputs([eta])), [eta]):
+        new_inputs = [mapping.get(i, i) for i in node.inputs]
+        if isinstance(node.op, Elemwise) and len(node.outputs) == 1:
+            lifted = _lift(node.op, new_inputs, is_param)
+            if lifted is not None:
+                mapping[node.outputs[0]] = lifted
+                continue
+        if all(a is b for a, b in zip(new_inputs, node.inputs)):
+            continue
+        new_node = node.op.make_node(*new_inputs)
+        mapping.update(zip(node.outputs, new_node.outputs))
+    return mapping.get(eta, eta)
+
+
+def _parameter_parts(eta, is_param, value_vars):
+    """The maximal data-free sub-expressions of ``eta`` that depend on a value variable."""
+    parts, seen, stack = [], set(), [eta]
+    while stack:
+        v = stack.pop()
+        if id(v) in seen:
+            continue
+        seen.add(id(v))
+        if is_param(v):
+            if any(a in value_vars for a in ancestors([v])):
+                parts.append(v)
+        elif v.owner is not None:
+            stack.extend(v.owner.inputs)
+    return parts
+
+
+@dataclass
+class PredictorMap:
+    """``v(q)`` and ``eta(v, rows)`` of a GLM likelihood (module docstring).
+
+    Attributes
+    ----------
+    family : str
+        One of :data:`pymc_subsample.kernels.predictor.PREDICTOR_FAMILIES`.
+    params : dict
+        The family's fixed parameters (scalars).
+    size : int
+        Length ``p`` of ``v``.
+    labels : list of str
+        What each block of ``v`` is (for messages).
+    """
+
+    family: str
+    params: dict
+    size: int
+    labels: list
+    _v_fn: object
+    _eta_fn: object
+    _y_index: int
+    engine: object
+    _vjp_graph: tuple = None
+    _vjp_fn: object = None
+
+    def v(self, q) -> np.ndarray:
+        """The predictor coordinates at ``q``."""
+        return np.asarray(self._v_fn(np.asarray(q, dtype=np.float64)), dtype=np.float64)
+
+    def eta(self, v, data) -> np.ndarray:
+        """Linear predictors of the rows in ``data`` at coordinates ``v``."""
+        out = self._eta_fn(np.asarray(v, dtype=np.float64), *data)
+        return np.broadcast_to(np.asarray(out, dtype=np.float64), (data[0].shape[0],))
+
+    def vjp(self, q, u) -> np.ndarray:
+        """``(dv/dq)' u`` at ``q`` (compiled on first use)."""
+        if self._vjp_fn is None:
+            q_in, u_in, out = self._vjp_graph
+            self._vjp_fn = pytensor.function([q_in, u_in], out)
+            self._vjp_fn.trust_input = True
+        return np.asarray(self._vjp_fn(np.asarray(q, dtype=np.float64),
+                                       np.asarray(u, dtype=np.float64)))
+
+    def y(self, data) -> np.ndarray:
+        return np.asarray(data[self._y_index], dtype=np.float64).reshape(-1)
+
+    def jacobian_v(self, q, *, rel_step: float = 1e-6) -> np.ndarray:
+        """``dv/dq`` at ``q`` by central differences (used only to whiten ``v``: its
+        accuracy affects efficiency, never validity)."""
+        q = np.asarray(q, dtype=np.float64)
+        cols = []
+        for j in range(q.size):
+            h = rel_step * max(1.0, abs(q[j]))
+            e = np.zeros_like(q)
+            e[j] = h
+            cols.append((self.v(q + e) - self.v(q - e)) / (2.0 * h))
+        return np.column_stack(cols)
+
+    def remainder_fn(self, v, v_prop, v_hat, order: int):
+        """``rows -> R_i(v') - R_i(v)`` (:func:`~pymc_subsample.kernels.predictor.
+        remainder_difference`), one gather and three predictor evaluations."""
+        eng = self.engine
+
+        def remainder(rows):
+            data = eng.gather(np.asarray(rows, dtype=np.int64))
+            return remainder_difference(
+                self.family, self.y(data), self.params, self.eta(v, data),
+                self.eta(v_prop, data), self.eta(v_hat, data), order)
+
+        return remainder
+
+    def check_affine(self, v_hat, *, seed: int = 0) -> bool:
+        """Second differences of ``eta`` in ``v`` vanish on 64 random rows (set-up check)."""
+        rng = np.random.default_rng(seed)  # set-up check, not sampling
+        n = self.engine.n_rows
+        data = self.engine.gather(np.sort(rng.choice(n, size=min(n, 64), replace=False)))
+        for _ in range(3):
+            a, b = rng.standard_normal(self.size), rng.standard_normal(self.size)
+            f = [self.eta(v_hat + s, data) for s in (0.0, a, b, a + b)]
+            second = f[3] - f[1] - f[2] + f[0]
+            scale = sum(np.abs(x) for x in f) + 1.0
+            if np.any(np.abs(second) > 1e-8 * scale):
+                return False
+        return True
+
+    def data_pass(self, v_hat, order: int, chunk_psi, *, chunk: int = 65536):
+        """One chunked pass: the proxy sums ``G``, ``H`` in ``v`` and the row constants.
+
+        ``chunk_psi(J, eta_hat, y, start, stop)`` returns a chunk's bound constants from
+        the rows' Jacobian ``J`` (``a_i``, exact: ``eta`` is affine in ``v``).
+        """
+        eng, p = self.engine, self.size
+        eye = np.eye(p)
+        grad = np.zeros(p)
+        hess = np.zeros((p, p)) if order == 2 else None
+        psi = np.empty(eng.n_rows)
+        for start in range(0, eng.n_rows, chunk):
+            stop = min(start + chunk, eng.n_rows)
+            data = eng.gather_slice(start, stop)
+            base = self.eta(v_hat, data)
+            J = np.column_stack([self.eta(v_hat + eye[j], data) - base for j in range(p)])
+            y = self.y(data)
+            g, h = predictor_sums(self.family, y, self.params, base, J, order)
+            grad += g
+            if hess is not None:
+                hess += h
+            psi[start:stop] = chunk_psi(J, base, y, start, stop)
+        if hess is not None:
+            hess = 0.5 * (hess + hess.T)
+        return grad, hess, psi
+
+
+def predictor_map(engine, spec) -> PredictorMap:
+    """Build the predictor coordinates of ``spec`` (a one-parameter GLM), or raise a
+    ValueError saying why the linear predictor is not affine in any parameter parts."""
+    if spec.family not in PREDICTOR_FAMILIES:
+        raise ValueError(f"predictor coordinates do not cover the family {spec.family!r}.")
+    params = {}
+    for key, val in spec.params.items():
+        arr = np.asarray(val, dtype=np.float64)
+        if arr.size != 1:
+            raise ValueError(
+                f"ScalableMH bounds='auto': observed '{spec.observed}' has a {key} per row; the "
+                "predictor coordinates need one value for all rows.")
+        params[key] = float(arr.reshape(-1)[0])
+    model = engine.model
+    data_vars = {r.variable for r in engine.rows}
+    value_vars = set(model.value_vars)
+
+    def is_param(var):
+        return not any(a in data_vars for a in ancestors([var]))
+
+    eta = _lift_gathers(pt.as_tensor_variable(spec.eta), is_param)
+    parts = _parameter_parts(eta, is_param, value_vars)
+    if not parts:
+        raise ValueError(
+            f"ScalableMH: the linear predictor of '{spec.observed}' depends on no sampled "
+            "variable.")
+    (flat, *shapes), q = join_nonshared_inputs(
+        engine._point, [pt.concatenate([pt.flatten(p) for p in parts])]
+        + [pt.as_tensor_variable(p.shape) for p in parts], engine.vars,
+        shared_inputs=engine.shared)
+    v_fn = pytensor.function([q], flat)
+    v_fn.trust_input = True
+    u_in = pt.dvector("u")
+    vjp_graph = (q, u_in, pytensor.grad(pt.sum(flat * u_in), q))
+    shape_fn = pytensor.function([q], shapes)
+    q0 = engine.initial_q()
+    part_shapes = [tuple(int(s) for s in sh) for sh in shape_fn(q0)]
+    sizes = [int(np.prod(sh, dtype=int)) for sh in part_shapes]
+    v_in = pt.dvector("v")
+    replace, offset = {}, 0
+    for part, sh, size in zip(parts, part_shapes, sizes):
+        replace[part] = pt.cast(v_in[offset:offset + size].reshape(sh), part.dtype)
+        offset += size
+    (eta_v,) = engine._rebuild([eta], dict(replace))
+    left = [a for a in ancestors([eta_v]) if a in value_vars]
+    if left:
+        raise ValueError(
+            f"ScalableMH bounds='auto': the linear predictor of '{spec.observed}' reads "
+            f"{left[0]} outside any data-free parameter expression.")
+    (eta_b,) = engine.to_batch([eta_v])
+    eta_fn = pytensor.function([v_in, *engine._batch_inputs], eta_b, on_unused_input="ignore")
+    eta_fn.trust_input = True
+    obs_value = model.rvs_to_values[model[spec.observed]]
+    y_index = next(k for k, r in enumerate(engine.rows) if r.variable is obs_value)
+    labels = [str(p.name or p.owner.op if p.owner else p) for p in parts]
+    return PredictorMap(spec.family, params, offset, labels, v_fn, eta_fn, y_index, engine,
+                        vjp_graph)

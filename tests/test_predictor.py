@@ -1,0 +1,216 @@
+"""Predictor coordinates (ScalableMH on GLMs whose linear predictor is not affine in the
+sampled variables) and the surrogate-HMC proposal.
+
+The exactness run against a NUTS reference on a non-centred hierarchical model is the
+slow ``test_scalable_mh_non_centred_hierarchical_is_exact`` in ``test_cv_posteriors.py``.
+"""
+
+from __future__ import annotations
+
+import sys
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy import stats
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from helpers import hierarchical_logistic, posterior, run_sample, sample_stats  # noqa: E402
+
+from pymc_subsample.kernels.predictor import (  # noqa: E402
+    predictor_sums,
+    remainder_difference,
+    row_loglik,
+)
+from pymc_subsample.proposals import SurrogateHMC  # noqa: E402
+
+FAMILIES = {
+    "bernoulli_logit": ({}, lambda eta, y: stats.bernoulli.logpmf(y, 1 / (1 + np.exp(-eta)))),
+    "poisson_log": ({}, lambda eta, y: stats.poisson.logpmf(y, np.exp(eta))),
+    "normal": ({"sigma": 1.7}, lambda eta, y: stats.norm.logpdf(y, eta, 1.7)),
+    "student_t": ({"nu": 4.0, "sigma": 0.8},
+                  lambda eta, y: stats.t.logpdf(y, 4.0, loc=eta, scale=0.8)),
+}
+
+
+def _y(family, rng, n):
+    if family == "bernoulli_logit":
+        return rng.integers(0, 2, n).astype(float)
+    if family == "poisson_log":
+        return rng.poisson(2.0, n).astype(float)
+    return rng.normal(0.0, 2.0, n)
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_row_loglik_matches_scipy_and_its_derivatives(family):
+    """Differences of ``l`` equal SciPy's log densities' differences; ``l'``, ``l''``
+    equal central differences."""
+    params, ref = FAMILIES[family]
+    rng = np.random.default_rng(1)
+    eta = rng.normal(0.3, 1.0, 50)
+    y = _y(family, rng, 50)
+    l0, l1, l2 = row_loglik(family, eta, y, params)
+    l0b = row_loglik(family, eta + 0.37, y, params, derivatives=0)[0]
+    np.testing.assert_allclose(l0b - l0, ref(eta + 0.37, y) - ref(eta, y), atol=1e-10)
+    h = 1e-5
+    up, dn = (row_loglik(family, eta + s, y, params) for s in (h, -h))
+    np.testing.assert_allclose(l1, (up[0] - dn[0]) / (2 * h), rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(l2, (up[1] - dn[1]) / (2 * h), rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("order", [1, 2])
+def test_remainder_difference_is_the_taylor_remainder_in_v(order):
+    """``D_i`` equals the remainder difference computed directly in ``v``-space with the
+    row's explicit gradient and Hessian ``l'' a a'``; the proxy sums equal the sums of
+    those per-row terms."""
+    rng = np.random.default_rng(2)
+    n, p = 40, 4
+    A = rng.normal(size=(n, p))
+    y = _y("bernoulli_logit", rng, n)
+    v_hat, v, vp = (rng.normal(0, 0.4, p) for _ in range(3))
+    eh, e, ep = A @ v_hat, A @ v, A @ vp
+    D = remainder_difference("bernoulli_logit", y, {}, e, ep, eh, order)
+    l, _, _ = row_loglik("bernoulli_logit", np.stack([e, ep]), y, {})
+    _, d1, d2 = row_loglik("bernoulli_logit", eh, y, {})
+    for i in range(n):
+        g = d1[i] * A[i]
+        H = d2[i] * np.outer(A[i], A[i])
+
+        def taylor(x, g=g, H=H):
+            u = x - v_hat
+            return g @ u + (0.5 * u @ H @ u if order == 2 else 0.0)
+
+        direct = -((l[1, i] - l[0, i]) - (taylor(vp) - taylor(v)))
+        assert D[i] == pytest.approx(direct, abs=1e-12)
+    G, H = predictor_sums("bernoulli_logit", y, {}, eh, A, 2)
+    np.testing.assert_allclose(G, A.T @ d1)
+    np.testing.assert_allclose(H, sum(d2[i] * np.outer(A[i], A[i]) for i in range(n)))
+
+
+def _non_centred(n=600, groups=6, seed=3):
+    rng = np.random.default_rng(seed)
+    g = rng.integers(0, groups, n)
+    x = rng.normal(1.0, 1.0, n)
+    a = rng.normal(-0.3, 0.7, groups)
+    y = (rng.random(n) < 1 / (1 + np.exp(-(a[g] + 0.5 * x)))).astype(np.int64)
+    return hierarchical_logistic(y, g, x, groups), g, x
+
+
+def test_predictor_map_of_a_non_centred_model():
+    """The gather is lifted (``mu + tau * z[g] -> (mu + tau * z)[g]``): the coordinates
+    are ``b`` and the group intercepts, the predictor is affine in them and equals the
+    model's."""
+    from pymc_subsample.engine import LikelihoodEngine
+    from pymc_subsample.glm import detect_glm, eta_is_affine
+    from pymc_subsample.predictor import predictor_map
+
+    model, g, x = _non_centred()
+    with model:
+        eng = LikelihoodEngine()
+    spec = detect_glm(model)
+    q = eng.initial_q() + np.random.default_rng(4).normal(0, 0.3, eng.ndim)
+    assert not eta_is_affine(eng, spec, q)
+    vmap = predictor_map(eng, spec)
+    assert vmap.size == 1 + 6
+    v = vmap.v(q)
+    sizes = [int(np.prod(model.initial_point()[w.name].shape)) for w in eng.vars]
+    pt_map = {w.name: val for w, val in zip(eng.vars, np.split(q, np.cumsum(sizes)[:-1]))}
+    mu, tau, z, b = (pt_map["mu"], np.exp(pt_map["tau_log__"]), pt_map["z"], pt_map["b"])
+    assert sorted(np.round(v, 10)) == sorted(np.round(np.r_[b, mu + tau * z], 10))
+    rows = np.arange(0, 600, 7)
+    data = eng.gather(rows)
+    expected = (mu + tau * z)[g[rows]] + b * x[rows]
+    np.testing.assert_allclose(vmap.eta(v, data), np.ravel(expected), rtol=1e-12)
+    assert vmap.check_affine(v)
+
+
+def test_scalable_mh_samples_a_non_centred_model_without_violating_bounds():
+    """A short run: predictor coordinates and the surrogate HMC are chosen by default,
+    every drawn row's bound is checked (a violation would raise), few rows are read."""
+    import pymc_subsample as pms
+
+    model, _, _ = _non_centred(n=3000)
+    with model, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        step = pms.ScalableMH()
+    assert step._vmap is not None and isinstance(step.proposal, SurrogateHMC)
+    idata = run_sample(model, step, draws=300, tune=300, chains=1, seed=5)
+    st = sample_stats(idata)
+    assert 0.5 < float(np.mean(st["accepted"].values)) <= 1.0
+    assert float(np.mean(st["data_used"].values)) < 300
+    assert np.isfinite(np.asarray(posterior(idata)["tau"].values)).all()
+
+
+def test_a_predictor_not_affine_in_any_parameter_part_is_refused():
+    import pymc as pm
+
+    import pymc_subsample as pms
+
+    rng = np.random.default_rng(6)
+    x = rng.normal(size=200)
+    with pm.Model():
+        b = pm.Normal("b", 0.0, 1.0)
+        pm.Bernoulli("y", logit_p=pm.math.exp(b * x), observed=rng.integers(0, 2, 200))
+        with pytest.raises(ValueError, match="affine neither"):
+            pms.ScalableMH()
+
+
+def test_surrogate_hmc_samples_a_gaussian_exactly_and_is_caught_without_its_ratio():
+    """Used as an MH proposal with the exact target, the trajectory's ``log_ratio`` makes
+    the kernel exact (mean and covariance of a correlated Gaussian within Monte Carlo
+    error); ignoring the ratio with a coarse step is caught."""
+    cov = np.array([[1.0, 0.8], [0.8, 1.0]])
+    prec = np.linalg.inv(cov)
+
+    def logp(q):
+        return -0.5 * q @ prec @ q
+
+    def run(use_ratio, h):
+        prop = SurrogateHMC(step_size=h, path_length=2.0, adapt=False)
+        prop.setup(2, grad_fn=lambda q: -prec @ q, cov=np.eye(2))
+        rng = np.random.default_rng(7)
+        q, out = np.zeros(2), []
+        for _ in range(6000):
+            qn, lr = prop.draw(q, rng)
+            log_a = logp(qn) - logp(q) + (lr if use_ratio else 0.0)
+            if np.log(rng.random()) < log_a:
+                q = qn
+            out.append(q)
+        return np.array(out)
+
+    draws = run(True, 0.5)
+    from helpers import mcse_mean
+
+    for j in range(2):
+        assert abs(draws[:, j].mean()) < 4 * mcse_mean(draws[:, j][None]) + 1e-3
+    np.testing.assert_allclose(np.cov(draws.T), cov, atol=0.12)
+    bad = run(False, 0.5)
+    assert np.abs(np.cov(bad.T) - cov).max() > 0.12
+
+
+def test_surrogate_hmc_adapts_its_mass_matrix_while_tuning():
+    """Started with a whitening 100x off in one direction, tuning replaces it by the
+    tuning states' covariance (within a factor 2 here) and keeps a usable step size;
+    ``max_steps`` caps the trajectory."""
+    sd = np.array([10.0, 0.1])
+
+    def logp(q):
+        return -0.5 * float(np.sum((q / sd) ** 2))
+
+    prop = SurrogateHMC(path_length=2.0, max_steps=16)
+    prop.setup(2, grad_fn=lambda q: -q / sd**2, cov=np.eye(2))
+    rng = np.random.default_rng(8)
+    q = np.zeros(2)
+    for _ in range(700):
+        qn, lr = prop.draw(q, rng)
+        a = min(1.0, float(np.exp(min(0.0, logp(qn) - logp(q) + lr))))
+        if rng.random() < a:
+            q = qn
+        prop.tune(a, q=q)
+    prop.stop_tuning()
+    var = np.diag(prop._mass.L @ prop._mass.L.T)
+    assert np.all(var / sd**2 > 0.5) and np.all(var / sd**2 < 2.0), var
+    assert 0.2 < prop.scaling <= 2.0
+    with pytest.raises(ValueError, match="max_steps"):
+        SurrogateHMC(max_steps=0)
