@@ -181,6 +181,20 @@ class PredictorMap:
 
         return remainder
 
+    def v_is_affine(self, q, *, seed: int = 0) -> bool:
+        """Whether ``v(q)`` is affine (second differences vanish at random points): then
+        so is the linear predictor in ``q``, and the posterior is as Gaussian as an
+        ordinary GLM's."""
+        rng = np.random.default_rng(seed)  # set-up check, not sampling
+        q = np.asarray(q, dtype=np.float64)
+        for _ in range(3):
+            a, b = rng.standard_normal(q.size), rng.standard_normal(q.size)
+            f = [self.v(q + s) for s in (0.0, a, b, a + b)]
+            scale = sum(np.abs(x) for x in f) + 1.0
+            if not np.all(np.abs(f[3] - f[1] - f[2] + f[0]) <= 1e-8 * scale):
+                return False
+        return True
+
     def check_affine(self, v_hat, *, seed: int = 0) -> bool:
         """Second differences of ``eta`` in ``v`` vanish on 64 random rows (set-up check)."""
         rng = np.random.default_rng(seed)  # set-up check, not sampling

@@ -6,7 +6,12 @@ posteriors.
 
 The hierarchical logistic regression (group indices) is run in both forms: the centred
 form passes (the issue's must-show); the non-centred form with data-rich groups is a
-strict xfail, and a fast test checks that the steps warn there.
+strict xfail, and a fast test checks that the steps warn there. ScalableMH() samples the
+non-centred form exactly (predictor coordinates and the surrogate HMC proposal; 2 chains
+x 4,000 draws, no bias allowance): measured max |mean error| 0.035 sd, max |sd error|
+0.083 sd (tau, within its tolerance 0.41), min bulk ESS 755, 64 of 4,000 rows per step,
+acceptance 0.59, 6 s (PyMC 5.28); the same run accepting every proposal diverges and is
+caught.
 
 Runs: 2 chains x 10,000 draws after 1,000 tuning steps, fixed seeds, ``cores=1``, from
 PyMC's default initial point; nothing is passed to the steps.

@@ -361,8 +361,19 @@ def test_truncation_falls_back_to_full_mh():
     assert len(calls) == n_rep
     assert abs(acc / n_rep - 0.3) < Z_TOL * math.sqrt(0.3 * 0.7 / n_rep)
     # explicit R; ratio >= 0 always accepts; NaN rejects
-    r = smh_test(rng, -5.0, phi, psi.sum(), table, psi, no_data, lambda: 0.5, truncation=1.0)
+    r = smh_test(rng, 0.0, phi, psi.sum(), table, psi, no_data, lambda: 0.5, truncation=1.0)
     assert r.accept and r.fallback
+    # delayed acceptance: the data-free factor first (no rows read when it rejects), then
+    # the rest of the ratio: P(accept) = min(1, 0.5) min(1, 0.3 / 0.5) = 0.3
+    acc = read = 0
+    for _ in range(n_rep):
+        r = smh_test(rng, math.log(0.5), phi, psi.sum(), table, psi, no_data,
+                     lambda: math.log(0.3))
+        assert r.fallback and r.data_used in (0, n) and (r.data_used == n or not r.accept)
+        acc += r.accept
+        read += r.data_used == n
+    assert abs(acc / n_rep - 0.3) < Z_TOL * math.sqrt(0.3 * 0.7 / n_rep)
+    assert abs(read / n_rep - 0.5) < Z_TOL * math.sqrt(0.25 / n_rep)
     r = smh_test(rng, 0.0, phi, psi.sum(), table, psi, no_data, lambda: math.nan)
     assert not r.accept and r.fallback
     # below R the full-data function is never called

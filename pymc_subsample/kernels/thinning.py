@@ -531,7 +531,8 @@ class SMHResult:
     poisson_rate : float
         ``phi * Psi``, the expected rows of the thinning test.
     fallback : bool
-        True when the truncation rule (``phi * Psi >= R``) chose full-data MH.
+        True when the truncation rule (``phi * Psi >= R``) or ``force_full`` chose the
+        full-data test (its rows are read only if the first factor accepted).
     n_poisson : int
         ``K`` of the thinning test (0 when it was not run).
     """
@@ -565,9 +566,15 @@ def smh_test(
     Implements the SMH-k acceptance probability (eq. 10) as a factorised MH test
     (eq. 2, with the factors of eq. 11), truncated as in TFMH (eq. 6):
 
-    * if ``phi * Psi >= R`` (``R = truncation``, default ``N`` as in the paper): the
-      ordinary MH test, accept iff ``U < exp(full_log_ratio_fn())``; ``data_used = N``,
-      ``fallback = True``;
+    * the first, data-free factor ``min(1, exp(log_ratio_first))`` is tested first, in
+      both cases below, so that a rejection there reads no data;
+    * if ``phi * Psi >= R`` (``R = truncation``, default ``N`` as in the paper) or
+      ``force_full``: the rest of the exact ratio, ``full_log_ratio_fn() -
+      log_ratio_first`` (the sum of the remainders over all rows), as a second factor:
+      accept iff ``U < exp(rest)``; ``data_used = N``, ``fallback = True``. Together
+      this is a two-factor MH test (delayed acceptance, Christen & Fox 2005, "Markov
+      chain Monte Carlo using an approximation"), exact like the paper's plain MH
+      fallback and much cheaper when the surrogate rejects far proposals;
     * otherwise accept with probability
       ``min(1, exp(log_ratio_first)) * exp(-sum_i lambda_i)``: the first, data-free
       factor by its own uniform ``U_1`` (accept it iff ``U_1 < exp(log_ratio_first)``; no
@@ -627,16 +634,17 @@ def smh_test(
     n_rows = len(psi)
     r_trunc = n_rows if truncation is None else truncation
     rate = float(phi) * float(psi_total)
-    if force_full or rate >= r_trunc:
-        log_r = float(full_log_ratio_fn())
-        # NaN fails both comparisons and rejects.
-        accept = log_r >= 0.0 or (log_r == log_r and rng.random() < math.exp(log_r))
-        return SMHResult(bool(accept), n_rows, rate, True, 0)
-
+    full = bool(force_full or rate >= r_trunc)
     lr = float(log_ratio_first)
     if not lr >= 0.0:  # first factor min(1, exp(lr)) < 1 (or NaN, which rejects)
         if lr != lr or not rng.random() < math.exp(lr):
-            return SMHResult(False, 0, rate, False, 0)
+            return SMHResult(False, 0, rate, full, 0)
+    if full:
+        # the rest of the ratio on all rows, as a second factor (delayed acceptance)
+        log_r = float(full_log_ratio_fn()) - lr
+        # NaN fails both comparisons and rejects.
+        accept = log_r >= 0.0 or (log_r == log_r and rng.random() < math.exp(log_r))
+        return SMHResult(bool(accept), n_rows, rate, True, 0)
     if data_test == "poisson":
         res = poisson_estimator_test(
             rng, phi, psi_total, alias, psi, remainder_fn, rtol=rtol, atol=atol

@@ -40,8 +40,10 @@ class ScalableMH(SubsampleStep):
     2. accepts the factorised remainder ``prod_i min(1, exp(R_i(theta) - R_i(theta')))``,
        ``R_i = U_i - Uhat_{k,i}``, by Poisson thinning: ``K ~ Poisson(phi * Psi)`` rows
        from the alias table, each rejecting with probability ``lambda_i / (phi psi_i)``;
-    3. when ``phi * Psi >= truncation`` (default ``N``), takes the exact full-data MH
-       step instead (TFMH: never more work than plain MH).
+    3. when ``phi * Psi >= truncation`` (default ``N``), or a point leaves the region,
+       tests the rest of the ratio on all ``N`` rows instead (TFMH: never more work than
+       plain MH), after the data-free factor, so that far proposals the surrogate
+       rejects read nothing (delayed acceptance; exact either way).
 
     Parameters
     ----------
@@ -127,7 +129,8 @@ class ScalableMH(SubsampleStep):
 
     Sample stats per draw: ``accepted``, ``data_used`` (rows whose likelihood was
     evaluated: at most ``K``, or ``N`` on a fallback), ``n_batches``, ``scaling``,
-    ``poisson_rate`` (``phi * Psi``) and ``fallback`` (the full-data test was used).
+    ``poisson_rate`` (``phi * Psi``) and ``fallback`` (the full-data test was chosen; it
+    reads the rows only if the data-free factor accepted).
     """
 
     name = "scalable_mh"
@@ -248,8 +251,9 @@ class ScalableMH(SubsampleStep):
             )
         self.psi_total = float(self.psi.sum())
         self.alias = AliasTable(self.psi) if self.psi_total > 0 else None
-        if self._vmap is not None and self._default_proposal:
-            self.proposal = SurrogateHMC()
+        if self._vmap is not None and self._default_proposal and not self._vmap.v_is_affine(
+                self.theta_hat):
+            self.proposal = SurrogateHMC()  # a curved posterior: follow it
         surrogate = isinstance(self.proposal, SurrogateHMC)
         self.proposal.setup(
             self.ndim,
@@ -276,21 +280,23 @@ class ScalableMH(SubsampleStep):
         return g_prior + self._vmap.vjp(q, self.proxy.grad(self._vmap.v(q)))
 
     def _uses_predictor_coordinates(self) -> bool:
-        """``bounds="auto"`` on a one-parameter GLM whose linear predictor is not affine
-        in ``q`` (a non-centred hierarchical model, a log-transformed coefficient): the
-        control variates and bounds then live in the predictor coordinates
-        (:mod:`pymc_subsample.predictor`)."""
+        """``bounds="auto"`` with whitened bounds on a one-parameter GLM: the control
+        variates and bounds live in the predictor coordinates
+        (:mod:`pymc_subsample.predictor`). Needed when the linear predictor is not affine
+        in ``q`` (a non-centred hierarchical model, a log-transformed coefficient); for an
+        affine one it gives the same bounds with cheaper functions (the linear predictor
+        and NumPy row terms instead of a compiled Hessian-vector graph)."""
         spec = self._glm_spec
         if spec is None or spec.two_param or spec.family not in PREDICTOR_FAMILIES:
             return False
-        if eta_is_affine(self.engine, spec, self.theta_hat):
-            return False
-        if self.bound_form != "whitened":
+        if self.bound_form == "whitened":
+            return True
+        if not eta_is_affine(self.engine, spec, self.theta_hat):
             raise ValueError(
                 f"ScalableMH: the linear predictor of observed '{spec.observed}' is not affine "
                 "in the step's unconstrained variables; its bounds are taken in the "
                 "predictor's own coordinates, which needs bound_form='whitened'.")
-        return True
+        return False
 
     def _setup_predictor_coordinates(self, cov):
         """Taylor proxy, whitening, region and bound constants in the predictor
@@ -369,6 +375,27 @@ class ScalableMH(SubsampleStep):
         return np.asarray(bounds, dtype=np.float64)
 
     # ------------------------------------------------------------------ control variates
+    def coordinates(self, q) -> np.ndarray:
+        """Where the proxy and the bounds live: ``v(q)`` in predictor coordinates, else
+        ``q``."""
+        return q if self._vmap is None else self._vmap.v(q)
+
+    def whiten(self, q) -> np.ndarray:
+        """Whitened coordinates ``L^-1 (x - x_hat)`` of ``q`` (whitened bounds only)."""
+        center = self.theta_hat if self._vmap is None else self._v_hat
+        return self._whiten_inv @ (self.coordinates(q) - center)
+
+    def proxy_sum_diff(self, q, q_prop) -> float:
+        """``sum_i lhat_i(q') - lhat_i(q)`` over all rows, in closed form."""
+        return self.proxy.sum_diff(self.coordinates(q), self.coordinates(q_prop))
+
+    def remainder_fn(self, q, q_prop):
+        """``rows -> R_i(q') - R_i(q)`` (before clipping), in the step's coordinates."""
+        if self._vmap is None:
+            return self._remainder_fn(q, q_prop)
+        return self._vmap.remainder_fn(self.coordinates(q), self.coordinates(q_prop),
+                                       self._v_hat, self.order)
+
     def _remainder_fn(self, q, q_prop):
         """``rows -> R_i(q') - R_i(q)``, ``R_i = U_i - Uhat_{k,i}`` (lambda_i before clipping):
         minus the control-variate residuals, from one engine call (directional
