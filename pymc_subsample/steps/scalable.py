@@ -265,11 +265,15 @@ class ScalableMH(SubsampleStep):
         )
 
     def _tune_signal(self, accepted):
-        """SurrogateHMC tunes its step size on the first factor's acceptance probability
-        (the Hamiltonian error on the surrogate), as HMC does; other proposals on the
-        decision."""
+        """With order 2, SurrogateHMC tunes its step size on the first factor's acceptance
+        probability (the Hamiltonian error on the surrogate), as HMC does; otherwise the
+        proposal tunes on the decision."""
         p, self._first_prob = getattr(self, "_first_prob", 0.0), 0.0
-        return p if isinstance(self.proposal, SurrogateHMC) else bool(accepted)
+        # order 1's surrogate is linear in v: it does not confine the trajectory, so the
+        # whole decision must steer the step size
+        if isinstance(self.proposal, SurrogateHMC) and self.order == 2:
+            return p
+        return bool(accepted)
 
     def _surrogate_grad(self, q):
         """Gradient of the data-free surrogate ``log prior + sum_i lhat_i`` (the first
