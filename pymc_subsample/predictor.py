@@ -33,14 +33,20 @@ except ImportError:  # pragma: no cover - PyTensor 3 (PyMC 6)
     AdvancedSubtensor1 = AdvancedSubtensor
 from pymc.pytensorf import join_nonshared_inputs
 
-from .kernels.predictor import PREDICTOR_FAMILIES, predictor_sums, remainder_difference
+from .kernels.control_variates import TaylorProxy
+from .kernels.predictor import (
+    PREDICTOR_FAMILIES,
+    predictor_sums,
+    remainder_difference,
+    row_loglik,
+)
 
 try:
     from pytensor.graph.traversal import ancestors, graph_inputs, io_toposort
 except ImportError:  # pragma: no cover
     from pytensor.graph.basic import ancestors, graph_inputs, io_toposort
 
-__all__ = ["PredictorMap", "predictor_map"]
+__all__ = ["PredictorMap", "predictor_map", "curved_predictor_map"]
 
 
 def _gather_parts(var):
@@ -195,6 +201,27 @@ class PredictorMap:
                 return False
         return True
 
+    def terms_fn(self, v, v_prop, v_hat, order: int):
+        """``rows -> (plain, residual)`` differences of the rows' log-likelihood, for the
+        minibatch tests: ``l_i(v') - l_i(v)`` and the same minus the Taylor proxy's."""
+        eng = self.engine
+
+        def terms(rows):
+            data = eng.gather(np.asarray(rows, dtype=np.int64))
+            y = self.y(data)
+            e, ep = self.eta(v, data), self.eta(v_prop, data)
+            l0 = row_loglik(self.family, np.stack([e, ep]), y, self.params, derivatives=0)[0]
+            resid = -remainder_difference(self.family, y, self.params, e, ep,
+                                          self.eta(v_hat, data), order)
+            return l0[1] - l0[0], resid
+
+        return terms
+
+    def proxy(self, v_hat, order: int):
+        """The Taylor proxy about ``v_hat`` (one pass over the data, no bounds)."""
+        grad, hess, _ = self.data_pass(v_hat, order, lambda J, base, y, a, b: 0.0)
+        return TaylorProxy(np.asarray(v_hat, dtype=np.float64), grad, hess, order)
+
     def check_affine(self, v_hat, *, seed: int = 0) -> bool:
         """Second differences of ``eta`` in ``v`` vanish on 64 random rows (set-up check)."""
         rng = np.random.default_rng(seed)  # set-up check, not sampling
@@ -293,3 +320,21 @@ def predictor_map(engine, spec) -> PredictorMap:
     labels = [str(p.name or p.owner.op if p.owner else p) for p in parts]
     return PredictorMap(spec.family, params, offset, labels, v_fn, eta_fn, y_index, engine,
                         vjp_graph)
+
+
+def curved_predictor_map(engine, q_hat):
+    """The predictor map of a one-parameter GLM whose predictor is affine in parameter
+    parts but not in ``q`` (a non-centred hierarchical model), or None when the model is
+    not such a GLM (anything else keeps the control variates in ``q``)."""
+    from .glm import detect_glm
+
+    try:
+        spec = detect_glm(engine.model)
+        if spec.two_param or spec.family not in PREDICTOR_FAMILIES:
+            return None
+        vmap = predictor_map(engine, spec)
+    except ValueError:
+        return None
+    if vmap.v_is_affine(q_hat) or not vmap.check_affine(vmap.v(q_hat)):
+        return None
+    return vmap

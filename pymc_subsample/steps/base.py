@@ -35,7 +35,8 @@ from ..kernels.control_variates import (
 )
 from ..kernels.rows import ImportanceSampler, RowSampler
 from ..kernels.thinning import AliasTable
-from ..proposals import Langevin, as_proposal
+from ..predictor import curved_predictor_map
+from ..proposals import Langevin, SurrogateHMC, as_proposal
 
 try:  # PyTensor >= 2.31 moved graph traversal helpers
     from pytensor.graph.traversal import ancestors
@@ -336,9 +337,34 @@ class SubsampleStep(ArrayStepShared):
         q_new = q_prop if accepted else q
         return RaveledVars(q_new, q0.point_map_info), [stats]
 
+    #: predictor coordinates (:mod:`pymc_subsample.predictor`), when the control
+    #: variates live there
+    _vmap = None
+    proxy = None
+
     def _tune_signal(self, accepted):
-        """What the proposal's tuning sees after a step: whether it accepted."""
+        """What the proposal's tuning sees after a step: whether it accepted, or for
+        :class:`~pymc_subsample.proposals.SurrogateHMC` (order-2 control variates) the
+        data-free factor's acceptance probability, the Hamiltonian error on the
+        surrogate, as HMC tunes."""
+        p, self._first_prob = getattr(self, "_first_prob", 0.0), 0.0
+        if isinstance(self.proposal, SurrogateHMC) and getattr(self.proxy, "order", 0) == 2:
+            return p
         return bool(accepted)
+
+    def coordinates(self, q) -> np.ndarray:
+        """Where the control variates live: ``v(q)`` in predictor coordinates, else
+        ``q``."""
+        return q if self._vmap is None else self._vmap.v(q)
+
+    def _surrogate_grad(self, q):
+        """Gradient of the data-free surrogate ``log prior + w sum_i lhat_i`` (the
+        target of :class:`~pymc_subsample.proposals.SurrogateHMC`)."""
+        _, g_prior = self.engine.prior_and_grad(q)
+        w = self.loglik_weight
+        if self._vmap is None:
+            return g_prior + w * self.proxy.grad(q)
+        return g_prior + w * self._vmap.vjp(q, self.proxy.grad(self._vmap.v(q)))
 
     @abstractmethod
     def _decide(self, q, q_prop, log_prior_ratio, log_qratio):
@@ -448,6 +474,7 @@ class GrowingBatchStep(SubsampleStep):
                 UserWarning, stacklevel=5,
             )
             self.cv, self.cv_order = 0, 0
+        self._proposal_is_default = proposal is None and scaling is None
         if proposal is None:
             order = 0 if scaling is not None else self.cv_order
             self.default_proposal = self.DEFAULT_PROPOSALS[order]
@@ -474,6 +501,15 @@ class GrowingBatchStep(SubsampleStep):
         else:
             self.center = center_at(eng, parse_point(self._center_arg, eng, "center"))
         self.proxy = self.center.proxy(self.cv) if self.cv in (1, 2) else None
+        self._vmap = None
+        if self.cv in (1, 2) and self.sampling == "uniform":
+            # a curved predictor (non-centred hierarchical): control variates in the
+            # predictor coordinates, where the rows are an ordinary GLM
+            self._vmap = curved_predictor_map(eng, self.center.theta)
+            if self._vmap is not None:
+                self.proxy = self._vmap.proxy(self._vmap.v(self.center.theta), self.cv)
+                if self._proposal_is_default:
+                    self.proposal = SurrogateHMC()
         self._center0, self._proxy0 = self.center, self.proxy
         self._attach_proposal(scaling)
         if self.cv == "saga" or self.sampling == "importance":
@@ -511,9 +547,11 @@ class GrowingBatchStep(SubsampleStep):
         if scaling is None and isinstance(self.proposal, Langevin):
             sd = np.sqrt(np.diag(cov))
             scaling = float(np.min(sd) ** 2 * 1.65**2 / self.ndim ** (1 / 3))
+        surrogate = isinstance(self.proposal, SurrogateHMC)
         self.proposal.setup(
-            self.ndim, scaling=scaling, grad_fn=self._minibatch_grad, n_total=self.n_rows,
-            mode=mean, cov=cov,
+            self.ndim, scaling=scaling,
+            grad_fn=self._surrogate_grad if surrogate else self._minibatch_grad,
+            n_total=self.n_rows, mode=mean, cov=cov,
         )
 
     def _reset_chain(self):
@@ -589,7 +627,8 @@ class GrowingBatchStep(SubsampleStep):
             )
         if self.recenter and self.cv_active and self.proxy is not None and self._mean_n > 0:
             self.center = center_at(self.engine, self._mean_q)
-            self.proxy = self.center.proxy(self.cv)
+            self.proxy = (self.center.proxy(self.cv) if self._vmap is None
+                          else self._vmap.proxy(self._vmap.v(self._mean_q), self.cv))
 
     # ------------------------------------------------------------------ the step
     def cv_sum(self, q, q_prop) -> float:
@@ -598,7 +637,7 @@ class GrowingBatchStep(SubsampleStep):
             return 0.0
         if self.saga is not None:
             return self.saga.sum_diff(q, q_prop)
-        return self.proxy.sum_diff(q, q_prop)
+        return self.proxy.sum_diff(self.coordinates(q), self.coordinates(q_prop))
 
     def diff_fn(self, q, q_prop):
         """``rows -> terms`` for the kernel: the control-variate residuals (or the plain
@@ -609,8 +648,15 @@ class GrowingBatchStep(SubsampleStep):
         first = [self.cv_active and (self.tune or self._n_steps % 10 == 0)]
         scale = None if self.is_table is None else self._is_scale
 
+        vterms = None
+        if cv in (1, 2) and self._vmap is not None:
+            vterms = self._vmap.terms_fn(self._vmap.v(q), self._vmap.v(q_prop),
+                                         self.proxy.center, cv)
+
         def terms(rows):
-            if cv in (1, 2):
+            if vterms is not None:
+                plain, r = vterms(rows)
+            elif cv in (1, 2):
                 t = eng.loglik_diff_taylor(q, q_prop, self.proxy.center, rows, cv)
                 plain, r = t[0], residuals(t)
             else:
@@ -629,6 +675,7 @@ class GrowingBatchStep(SubsampleStep):
         cv_sum = self.cv_sum(q, q_prop)
         # the control variate's exact sum over all N rows enters the data-free part
         o1 += self.loglik_weight * cv_sum
+        self._first_prob = math.exp(min(0.0, o1)) if o1 == o1 else 0.0
         eng = self.engine
 
         def exact_sum():  # sum_i of the terms over all rows (i.i.d. draws reached N)

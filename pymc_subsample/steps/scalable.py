@@ -264,25 +264,6 @@ class ScalableMH(SubsampleStep):
             cov=cov,
         )
 
-    def _tune_signal(self, accepted):
-        """With order 2, SurrogateHMC tunes its step size on the first factor's acceptance
-        probability (the Hamiltonian error on the surrogate), as HMC does; otherwise the
-        proposal tunes on the decision."""
-        p, self._first_prob = getattr(self, "_first_prob", 0.0), 0.0
-        # order 1's surrogate is linear in v: it does not confine the trajectory, so the
-        # whole decision must steer the step size
-        if isinstance(self.proposal, SurrogateHMC) and self.order == 2:
-            return p
-        return bool(accepted)
-
-    def _surrogate_grad(self, q):
-        """Gradient of the data-free surrogate ``log prior + sum_i lhat_i`` (the first
-        factor's target), for :class:`~pymc_subsample.proposals.SurrogateHMC`."""
-        _, g_prior = self.engine.prior_and_grad(q)
-        if self._vmap is None:
-            return g_prior + self.proxy.grad(q)
-        return g_prior + self._vmap.vjp(q, self.proxy.grad(self._vmap.v(q)))
-
     def _uses_predictor_coordinates(self) -> bool:
         """``bounds="auto"`` with whitened bounds on a one-parameter GLM: the control
         variates and bounds live in the predictor coordinates
@@ -379,11 +360,6 @@ class ScalableMH(SubsampleStep):
         return np.asarray(bounds, dtype=np.float64)
 
     # ------------------------------------------------------------------ control variates
-    def coordinates(self, q) -> np.ndarray:
-        """Where the proxy and the bounds live: ``v(q)`` in predictor coordinates, else
-        ``q``."""
-        return q if self._vmap is None else self._vmap.v(q)
-
     def whiten(self, q) -> np.ndarray:
         """Whitened coordinates ``L^-1 (x - x_hat)`` of ``q`` (whitened bounds only)."""
         center = self.theta_hat if self._vmap is None else self._v_hat
