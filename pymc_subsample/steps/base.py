@@ -391,6 +391,10 @@ class GrowingBatchStep(SubsampleStep):
     (:func:`pymc_subsample.center.find_center`), the closed-form proxy difference enters
     the test's data-free part exactly and the minibatch estimates only the residual sum;
     the default proposal is then preconditioned by the Laplace approximation there.
+    For a one-parameter GLM whose linear predictor is affine in data-free parameter
+    expressions but not in the sampled variables (a non-centred hierarchical model), the
+    proxy is taken in those predictor coordinates (:mod:`pymc_subsample.predictor`) and
+    the default proposal is :class:`~pymc_subsample.proposals.SurrogateHMC`.
 
     Subclasses implement :meth:`_run_test` (the acceptance kernel on a row function and a
     data-free log ratio) and :meth:`_exact_decision` (for the audit).
