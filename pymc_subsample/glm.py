@@ -163,23 +163,32 @@ def detect_glm(model) -> GLMSpec:
     return spec
 
 
-def _check_affine(engine, eta_fn, q_hat, rng_seed=0):
-    """Check on a few rows and random points that eta is affine in q (second differences)."""
-    rng = np.random.default_rng(rng_seed)  # set-up check, not sampling
-    rows = np.sort(rng.choice(engine.n_rows, size=min(engine.n_rows, 64), replace=False))
-    data = engine.gather(rows)
-    d = engine.ndim
+def is_affine(f, x, rng) -> bool:
+    """Whether ``f`` (a vector function) is affine about ``x``: its second differences
+    ``f(x+a+b) - f(x+a) - f(x+b) + f(x)`` vanish, up to rounding, for three random pairs
+    ``a, b`` drawn from ``rng`` (a set-up check, not sampling)."""
+    x = np.asarray(x, dtype=np.float64)
     for _ in range(3):
-        a, b = rng.standard_normal(d), rng.standard_normal(d)
-        f00 = eta_fn(q_hat, *data)
-        f10 = eta_fn(q_hat + a, *data)
-        f01 = eta_fn(q_hat + b, *data)
-        f11 = eta_fn(q_hat + a + b, *data)
+        a, b = rng.standard_normal(x.size), rng.standard_normal(x.size)
+        f00, f10, f01, f11 = (f(x + s) for s in (0.0, a, b, a + b))
         second = f11 - f10 - f01 + f00
         scale = np.abs(f00) + np.abs(f10) + np.abs(f01) + np.abs(f11) + 1.0
         if np.any(np.abs(second) > 1e-8 * scale):
             return False
     return True
+
+
+def sample_rows(engine, rng, size=64):
+    """The data of up to ``size`` random rows, for set-up checks."""
+    n = engine.n_rows
+    return engine.gather(np.sort(rng.choice(n, size=min(n, size), replace=False)))
+
+
+def _check_affine(engine, eta_fn, q_hat, rng_seed=0):
+    """Check on a few rows and random points that eta is affine in q (second differences)."""
+    rng = np.random.default_rng(rng_seed)  # set-up check, not sampling
+    data = sample_rows(engine, rng)
+    return is_affine(lambda q: eta_fn(q, *data), q_hat, rng)
 
 
 #: sub-box width and most sub-boxes per axis for the two-parameter region suprema

@@ -33,6 +33,7 @@ except ImportError:  # pragma: no cover - PyTensor 3 (PyMC 6)
     AdvancedSubtensor1 = AdvancedSubtensor
 from pymc.pytensorf import join_nonshared_inputs
 
+from .glm import detect_glm, is_affine, sample_rows
 from .kernels.control_variates import TaylorProxy
 from .kernels.predictor import (
     PREDICTOR_FAMILIES,
@@ -46,7 +47,7 @@ try:
 except ImportError:  # pragma: no cover
     from pytensor.graph.basic import ancestors, graph_inputs, io_toposort
 
-__all__ = ["PredictorMap", "predictor_map", "curved_predictor_map"]
+__all__ = ["PredictorMap", "predictor_map", "covered_predictor_map", "curved_predictor_map"]
 
 
 def _gather_parts(var):
@@ -174,45 +175,34 @@ class PredictorMap:
             cols.append((self.v(q + e) - self.v(q - e)) / (2.0 * h))
         return np.column_stack(cols)
 
+    def _rows(self, rows, *points):
+        """``y`` and the linear predictors at each of ``points`` for ``rows``: one gather."""
+        data = self.engine.gather(np.asarray(rows, dtype=np.int64))
+        return self.y(data), [self.eta(v, data) for v in points]
+
     def remainder_fn(self, v, v_prop, v_hat, order: int):
         """``rows -> R_i(v') - R_i(v)`` (:func:`~pymc_subsample.kernels.predictor.
         remainder_difference`), one gather and three predictor evaluations."""
-        eng = self.engine
 
         def remainder(rows):
-            data = eng.gather(np.asarray(rows, dtype=np.int64))
-            return remainder_difference(
-                self.family, self.y(data), self.params, self.eta(v, data),
-                self.eta(v_prop, data), self.eta(v_hat, data), order)
+            y, (e, ep, eh) = self._rows(rows, v, v_prop, v_hat)
+            return remainder_difference(self.family, y, self.params, e, ep, eh, order)
 
         return remainder
 
     def v_is_affine(self, q, *, seed: int = 0) -> bool:
-        """Whether ``v(q)`` is affine (second differences vanish at random points): then
-        so is the linear predictor in ``q``, and the posterior is as Gaussian as an
-        ordinary GLM's."""
-        rng = np.random.default_rng(seed)  # set-up check, not sampling
-        q = np.asarray(q, dtype=np.float64)
-        for _ in range(3):
-            a, b = rng.standard_normal(q.size), rng.standard_normal(q.size)
-            f = [self.v(q + s) for s in (0.0, a, b, a + b)]
-            scale = sum(np.abs(x) for x in f) + 1.0
-            if not np.all(np.abs(f[3] - f[1] - f[2] + f[0]) <= 1e-8 * scale):
-                return False
-        return True
+        """Whether ``v(q)`` is affine: then so is the linear predictor in ``q``, and the
+        posterior is as Gaussian as an ordinary GLM's."""
+        return is_affine(self.v, q, np.random.default_rng(seed))
 
     def terms_fn(self, v, v_prop, v_hat, order: int):
         """``rows -> (plain, residual)`` differences of the rows' log-likelihood, for the
         minibatch tests: ``l_i(v') - l_i(v)`` and the same minus the Taylor proxy's."""
-        eng = self.engine
 
         def terms(rows):
-            data = eng.gather(np.asarray(rows, dtype=np.int64))
-            y = self.y(data)
-            e, ep = self.eta(v, data), self.eta(v_prop, data)
+            y, (e, ep, eh) = self._rows(rows, v, v_prop, v_hat)
             l0 = row_loglik(self.family, np.stack([e, ep]), y, self.params, derivatives=0)[0]
-            resid = -remainder_difference(self.family, y, self.params, e, ep,
-                                          self.eta(v_hat, data), order)
+            resid = -remainder_difference(self.family, y, self.params, e, ep, eh, order)
             return l0[1] - l0[0], resid
 
         return terms
@@ -223,18 +213,10 @@ class PredictorMap:
         return TaylorProxy(np.asarray(v_hat, dtype=np.float64), grad, hess, order)
 
     def check_affine(self, v_hat, *, seed: int = 0) -> bool:
-        """Second differences of ``eta`` in ``v`` vanish on 64 random rows (set-up check)."""
+        """Whether ``eta`` is affine in ``v``, on 64 random rows (set-up check)."""
         rng = np.random.default_rng(seed)  # set-up check, not sampling
-        n = self.engine.n_rows
-        data = self.engine.gather(np.sort(rng.choice(n, size=min(n, 64), replace=False)))
-        for _ in range(3):
-            a, b = rng.standard_normal(self.size), rng.standard_normal(self.size)
-            f = [self.eta(v_hat + s, data) for s in (0.0, a, b, a + b)]
-            second = f[3] - f[1] - f[2] + f[0]
-            scale = sum(np.abs(x) for x in f) + 1.0
-            if np.any(np.abs(second) > 1e-8 * scale):
-                return False
-        return True
+        data = sample_rows(self.engine, rng)
+        return is_affine(lambda v: self.eta(v, data), v_hat, rng)
 
     def data_pass(self, v_hat, order: int, chunk_psi, *, chunk: int = 65536):
         """One chunked pass: the proxy sums ``G``, ``H`` in ``v`` and the row constants.
@@ -322,19 +304,26 @@ def predictor_map(engine, spec) -> PredictorMap:
                         vjp_graph)
 
 
+def covered_predictor_map(engine, spec, q_hat):
+    """The predictor map of ``spec``, or None where predictor coordinates do not cover it:
+    a two-parameter family, a per-row family parameter, or a linear predictor that is
+    affine in no data-free parameter expressions."""
+    if spec.two_param or spec.family not in PREDICTOR_FAMILIES:
+        return None
+    try:
+        vmap = predictor_map(engine, spec)
+    except ValueError:
+        return None
+    return vmap if vmap.check_affine(vmap.v(q_hat)) else None
+
+
 def curved_predictor_map(engine, q_hat):
     """The predictor map of a one-parameter GLM whose predictor is affine in parameter
     parts but not in ``q`` (a non-centred hierarchical model), or None when the model is
     not such a GLM (anything else keeps the control variates in ``q``)."""
-    from .glm import detect_glm
-
     try:
         spec = detect_glm(engine.model)
-        if spec.two_param or spec.family not in PREDICTOR_FAMILIES:
-            return None
-        vmap = predictor_map(engine, spec)
     except ValueError:
         return None
-    if vmap.v_is_affine(q_hat) or not vmap.check_affine(vmap.v(q_hat)):
-        return None
-    return vmap
+    vmap = covered_predictor_map(engine, spec, q_hat)
+    return None if vmap is None or vmap.v_is_affine(q_hat) else vmap

@@ -102,6 +102,16 @@ def _positive_scalar(value: Any, name: str) -> float:
     return v
 
 
+def _start_value(user: float | None, scaling: Any, name: str, default: float) -> float:
+    """A tuned scalar's start: the user's value, else the step's suggested ``scaling``
+    (checked positive), else ``default``."""
+    if user is not None:
+        return user
+    if scaling is not None:
+        return _positive_scalar(scaling, name)
+    return default
+
+
 def _scale_vector(value: Any, ndim: int | None, name: str) -> np.ndarray:
     """Validate a positive scalar or per-dimension scale; return a float64 array."""
     arr = np.array(value, dtype=float)
@@ -881,13 +891,8 @@ class PreconditionedRandomWalk(Proposal):
                 "theta_hat (or another covariance); use RandomWalk when none is available."
             )
         self._factor = _CovFactor(cov, ndim, "cov")
-        if self._user_l is not None:
-            l0 = self._user_l
-        elif scaling is not None:
-            l0 = _positive_scalar(scaling, "scaling (PreconditionedRandomWalk l)")
-        else:
-            l0 = _RW_OPTIMAL
-        self._l0 = l0
+        self._l0 = _start_value(self._user_l, scaling, "scaling (PreconditionedRandomWalk l)",
+                                _RW_OPTIMAL)
 
     def _reset_state(self):
         x0 = math.log(self._l0)
@@ -1009,14 +1014,10 @@ class PCN(Proposal):
             raise ValueError(f"mode must be a finite vector of length ndim={ndim}.")
         self._mode = m
         self._factor = _CovFactor(cov, ndim, "cov")
-        if self._user_beta is not None:
-            b0 = self._user_beta
-        elif scaling is not None:
-            b0 = _positive_scalar(scaling, "scaling (PCN sqrt(1 - rho))")
-            if b0 > 1.0:
-                raise ValueError(f"PCN scaling = sqrt(1 - rho) must be in (0, 1], got {b0}.")
-        else:
-            b0 = min(1.0, _RW_OPTIMAL / math.sqrt(ndim))
+        b0 = _start_value(self._user_beta, scaling, "scaling (PCN sqrt(1 - rho))",
+                          min(1.0, _RW_OPTIMAL / math.sqrt(ndim)))
+        if b0 > 1.0:  # only a step's scaling can be: the user's rho gives beta <= 1
+            raise ValueError(f"PCN scaling = sqrt(1 - rho) must be in (0, 1], got {b0}.")
         self._beta0 = b0
 
     def _reset_state(self):
@@ -1323,17 +1324,15 @@ class SurrogateHMC(Proposal):
                 "inverse Hessian at theta_hat).")
         self._grad = grad_fn
         self._factor0 = _CovFactor(cov, ndim, "cov")
-        if self._user_h is not None:
-            h0 = self._user_h
-        elif scaling is not None:
-            h0 = _positive_scalar(scaling, "scaling (SurrogateHMC step size)")
-        else:
-            h0 = min(1.0, 1.5 / ndim**0.25)
-        self._h0 = h0
+        self._h0 = _start_value(self._user_h, scaling, "scaling (SurrogateHMC step size)",
+                                min(1.0, 1.5 / ndim**0.25))
+
+    def _restart_adapter(self, h):
+        """Robbins-Monro on ``log h`` from ``h``, within ``[1e-4, path_length]``."""
+        self._adapter.start(math.log(h), math.log(1e-4), math.log(self.path_length))
 
     def _reset_state(self):
-        x0 = math.log(self._h0)
-        self._adapter.start(x0, math.log(1e-4), math.log(self.path_length))
+        self._restart_adapter(self._h0)
         self._h = self._h0
         self._cache = (None, None)
         self._mass = self._factor0
@@ -1399,8 +1398,7 @@ class SurrogateHMC(Proposal):
                         return
                     self._cache = (None, None)
                     if self.adapt:
-                        self._adapter.start(math.log(self._h), math.log(1e-4),
-                                            math.log(self.path_length))
+                        self._restart_adapter(self._h)
 
     def _finish_tuning(self):
         if self.adapt and self._adapter.t > 0:

@@ -214,3 +214,25 @@ def test_surrogate_hmc_adapts_its_mass_matrix_while_tuning():
     assert 0.2 < prop.scaling <= 2.0
     with pytest.raises(ValueError, match="max_steps"):
         SurrogateHMC(max_steps=0)
+
+
+def test_per_row_scale_keeps_the_bounds_in_q():
+    """A Normal likelihood with a known scale per row is not covered by the predictor
+    coordinates (one value for all rows); its predictor is affine in ``q``, so ScalableMH
+    keeps the bounds there instead of refusing the model."""
+    import pymc as pm
+
+    import pymc_subsample as pms
+
+    rng = np.random.default_rng(9)
+    n = 2000
+    X = rng.standard_normal((n, 2))
+    s = rng.uniform(0.5, 2.0, n)
+    y = X @ np.array([1.0, -1.0]) + s * rng.standard_normal(n)
+    with pm.Model() as model:
+        b = pm.Normal("b", 0.0, 5.0, shape=2)
+        pm.Normal("y", pm.math.dot(X, b), s, observed=y)
+        step = pms.ScalableMH()
+    assert step._vmap is None and step.region is not None
+    idata = run_sample(model, step, draws=200, tune=200, chains=1, seed=10)
+    assert float(np.mean(sample_stats(idata)["data_used"].values)) < 0.05 * n

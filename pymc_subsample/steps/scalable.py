@@ -14,8 +14,7 @@ import scipy.linalg as sla
 from ..center import center_at, find_center, parse_point
 from ..glm import SUPPORTED_TEXT, chunk_psi, detect_glm, eta_is_affine, glm_psi
 from ..kernels.control_variates import TaylorProxy
-from ..kernels.predictor import PREDICTOR_FAMILIES
-from ..predictor import predictor_map
+from ..predictor import covered_predictor_map
 from ..proposals import SurrogateHMC
 from ..kernels.control_variates import residuals
 from ..kernels.phi import path_phi, taylor_phi, whitened_phi
@@ -231,16 +230,14 @@ class ScalableMH(SubsampleStep):
         self.proxy = self.center.proxy(self.order)
         gauss_mean, cov = self.center.laplace()
         self._set_laplace(gauss_mean, cov)
-        if self.bound_form == "whitened":
-            self._whiten_inv = sla.solve_triangular(
-                self._laplace_chol, np.eye(self.ndim), lower=True)
-        self._vmap = None
-        if self._uses_predictor_coordinates():
+        self._vmap = self._predictor_map()
+        if self._vmap is not None:
             self.psi = self._setup_predictor_coordinates(cov)
         else:
-            r = self._region_arg
-            self.region = (math.sqrt(self.ndim) + 4.0) if r == "auto" else (
-                None if r is None else float(r))
+            if self.bound_form == "whitened":
+                self._whiten_inv = sla.solve_triangular(
+                    self._laplace_chol, np.eye(self.ndim), lower=True)
+            self.region = self._region_radius(self.ndim)
             self.psi = self._bound_constants()
         if self.psi.shape != (self.n_rows,) or not np.all(np.isfinite(self.psi)) or np.any(
             self.psi < 0
@@ -264,37 +261,45 @@ class ScalableMH(SubsampleStep):
             cov=cov,
         )
 
-    def _uses_predictor_coordinates(self) -> bool:
-        """``bounds="auto"`` with whitened bounds on a one-parameter GLM: the control
-        variates and bounds live in the predictor coordinates
-        (:mod:`pymc_subsample.predictor`). Needed when the linear predictor is not affine
-        in ``q`` (a non-centred hierarchical model, a log-transformed coefficient); for an
-        affine one it gives the same bounds with cheaper functions (the linear predictor
-        and NumPy row terms instead of a compiled Hessian-vector graph)."""
-        spec = self._glm_spec
-        if spec is None or spec.two_param or spec.family not in PREDICTOR_FAMILIES:
-            return False
-        if self.bound_form == "whitened":
-            return True
-        if not eta_is_affine(self.engine, spec, self.theta_hat):
-            raise ValueError(
-                f"ScalableMH: the linear predictor of observed '{spec.observed}' is not affine "
-                "in the step's unconstrained variables; its bounds are taken in the "
-                "predictor's own coordinates, which needs bound_form='whitened'.")
-        return False
+    def _region_radius(self, dim):
+        """The region's radius in whitened units (``"auto"``: ``sqrt(dim) + 4``), or None."""
+        r = self._region_arg
+        return (math.sqrt(dim) + 4.0) if r == "auto" else (None if r is None else float(r))
 
-    def _setup_predictor_coordinates(self, cov):
-        """Taylor proxy, whitening, region and bound constants in the predictor
-        coordinates ``v = v(q)`` (:mod:`pymc_subsample.kernels.predictor`): one pass."""
+    def _predictor_map(self):
+        """The predictor coordinates (:mod:`pymc_subsample.predictor`) where the control
+        variates and bounds live, or None to keep them in ``q``.
+
+        ``bounds="auto"`` with whitened bounds on a one-parameter GLM uses them. They are
+        needed when the linear predictor is not affine in ``q`` (a non-centred
+        hierarchical model, a log-transformed coefficient); for an affine one they give
+        the same bounds with cheaper functions (the linear predictor and NumPy row terms
+        instead of a compiled Hessian-vector graph). Where they do not apply (a per-row
+        scale, ``bound_form="cornish"``) an affine predictor keeps the bounds in ``q``.
+        """
         spec = self._glm_spec
-        vmap = predictor_map(self.engine, spec)
-        v_hat = vmap.v(self.theta_hat)
-        if not vmap.check_affine(v_hat):
+        if spec is None or spec.two_param:
+            return None
+        whitened = self.bound_form == "whitened"
+        vmap = covered_predictor_map(self.engine, spec, self.theta_hat) if whitened else None
+        if vmap is None and not eta_is_affine(self.engine, spec, self.theta_hat):
+            if not whitened:
+                raise ValueError(
+                    f"ScalableMH: the linear predictor of observed '{spec.observed}' is not "
+                    "affine in the step's unconstrained variables; its bounds are taken in "
+                    "the predictor's own coordinates, which needs bound_form='whitened'.")
             raise ValueError(
                 f"ScalableMH bounds='auto': the linear predictor of observed '{spec.observed}' "
                 "is affine neither in the step's unconstrained variables nor in its data-free "
                 "parameter expressions (e.g. a product of two sampled coefficients inside a "
                 "row term). " + SUPPORTED_TEXT)
+        return vmap
+
+    def _setup_predictor_coordinates(self, cov):
+        """Taylor proxy, whitening, region and bound constants in the predictor
+        coordinates ``v = v(q)`` (:mod:`pymc_subsample.kernels.predictor`): one pass."""
+        spec, vmap = self._glm_spec, self._vmap
+        v_hat = vmap.v(self.theta_hat)
         jac = vmap.jacobian_v(self.theta_hat)
         cov_v = jac @ cov @ jac.T
         cov_v = 0.5 * (cov_v + cov_v.T)
@@ -303,9 +308,7 @@ class ScalableMH(SubsampleStep):
         ridge = 1e-10 * max(float(np.max(np.diag(cov_v))), 1e-300)
         chol = np.linalg.cholesky(cov_v + ridge * np.eye(vmap.size))
         self._whiten_inv = sla.solve_triangular(chol, np.eye(vmap.size), lower=True)
-        r = self._region_arg
-        self.region = (math.sqrt(vmap.size) + 4.0) if r == "auto" else (
-            None if r is None else float(r))
+        self.region = self._region_radius(vmap.size)
         if self.region is None and spec.family == "poisson_log":
             raise ValueError(
                 "ScalableMH: a Poisson likelihood with a log link needs region bounds "
@@ -318,7 +321,6 @@ class ScalableMH(SubsampleStep):
 
         grad, hess, psi = vmap.data_pass(v_hat, self.order, psi_chunk)
         self.proxy = TaylorProxy(v_hat, grad, hess, self.order)
-        self._vmap, self._v_hat = vmap, v_hat
         return psi
 
     def _check_likelihood_vars(self):
@@ -362,8 +364,7 @@ class ScalableMH(SubsampleStep):
     # ------------------------------------------------------------------ control variates
     def whiten(self, q) -> np.ndarray:
         """Whitened coordinates ``L^-1 (x - x_hat)`` of ``q`` (whitened bounds only)."""
-        center = self.theta_hat if self._vmap is None else self._v_hat
-        return self._whiten_inv @ (self.coordinates(q) - center)
+        return self._whiten_inv @ (self.coordinates(q) - self.proxy.center)
 
     def proxy_sum_diff(self, q, q_prop) -> float:
         """``sum_i lhat_i(q') - lhat_i(q)`` over all rows, in closed form."""
@@ -374,7 +375,7 @@ class ScalableMH(SubsampleStep):
         if self._vmap is None:
             return self._remainder_fn(q, q_prop)
         return self._vmap.remainder_fn(self.coordinates(q), self.coordinates(q_prop),
-                                       self._v_hat, self.order)
+                                       self.proxy.center, self.order)
 
     def _remainder_fn(self, q, q_prop):
         """``rows -> R_i(q') - R_i(q)``, ``R_i = U_i - Uhat_{k,i}`` (lambda_i before clipping):
@@ -389,13 +390,10 @@ class ScalableMH(SubsampleStep):
 
     # ------------------------------------------------------------------ the step
     def _decide(self, q, q_prop, log_prior_ratio, log_qratio):
-        vmap = self._vmap
-        if vmap is None:
-            x, x_prop, center = q, q_prop, self.theta_hat
-            remainder_fn = self._remainder_fn(q, q_prop)
-        else:  # the proxy and the bounds live in the predictor coordinates v(q)
-            x, x_prop, center = vmap.v(q), vmap.v(q_prop), self._v_hat
-            remainder_fn = vmap.remainder_fn(x, x_prop, center, self.order)
+        # the proxy and the bounds live in q, or in the predictor coordinates v(q)
+        x, x_prop, center = self.coordinates(q), self.coordinates(q_prop), self.proxy.center
+        remainder_fn = (self._remainder_fn(q, q_prop) if self._vmap is None
+                        else self._vmap.remainder_fn(x, x_prop, center, self.order))
         # first factor: prior, proposal ratio and exp(-Uhat_k), exactly (O(d^2))
         log_first = log_qratio + log_prior_ratio + self.proxy.sum_diff(x, x_prop)
         self._first_prob = math.exp(min(0.0, log_first)) if log_first == log_first else 0.0
