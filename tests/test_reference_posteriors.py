@@ -239,6 +239,32 @@ def test_matches_posteriordb_reference(folder, method):
     assert used.min() >= 0 and used.max() <= ref.n_rows
 
 
+def _smh_accepting_every_proposal():
+    """ScalableMH that accepts every proposal (a deliberately broken sampler)."""
+    from pymc_subsample import ScalableMH
+
+    class AcceptsEveryProposal(ScalableMH):
+        def _decide(self, q, q_prop, log_prior_ratio, log_qratio):
+            _, stats = super()._decide(q, q_prop, log_prior_ratio, log_qratio)
+            return True, stats
+
+    return AcceptsEveryProposal
+
+
+def _run_scalable(folder, step_cls):
+    import pymc as pm
+
+    data, ref = _posterior(folder)
+    model = M.posteriordb_model(folder, data)
+    with model, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        idata = pm.sample(
+            draws=3000, tune=1000, chains=CHAINS, cores=1, step=step_cls(order=2),
+            random_seed=303, progressbar=False, compute_convergence_checks=False,
+        )
+    return idata, ref
+
+
 @requires_posteriordb
 @pytest.mark.slow
 @pytest.mark.parametrize("folder", POSTERIORS)
@@ -246,18 +272,9 @@ def test_scalable_mh_matches_posteriordb_reference(folder):
     """ScalableMH (order 2, ``bounds="auto"``) samples the four Normal regressions with
     unknown ``sigma`` and matches Stan's reference within ``K`` MCSE, with no bias
     allowance: the step is exact."""
-    import pymc as pm
-
     import pymc_subsample as pms
 
-    data, ref = _posterior(folder)
-    model = M.posteriordb_model(folder, data)
-    with model, warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        idata = pm.sample(
-            draws=3000, tune=1000, chains=CHAINS, cores=1, step=pms.ScalableMH(order=2),
-            random_seed=303, progressbar=False, compute_convergence_checks=False,
-        )
+    idata, ref = _run_scalable(folder, pms.ScalableMH)
     rows, failures = _compare(_flat_draws(idata), ref, "ScalableMH")
     assert not failures, (
         f"ScalableMH on {folder}: {failures} outside K={K} MCSE (or ESS < {MIN_ESS}):\n"
@@ -269,6 +286,17 @@ def test_scalable_mh_matches_posteriordb_reference(folder):
     # the subsampling must pay off where the data allow it (measured 1.4-3.1 rows per step)
     if ref.n_rows > 400 and folder != "nes1980-nes":
         assert used.mean() < 0.05 * ref.n_rows, used.mean()
+
+
+@requires_posteriordb
+@pytest.mark.slow
+def test_scalable_check_catches_a_sampler_that_accepts_every_proposal():
+    """The same run and check with every proposal accepted (the chain then samples the
+    pCN proposal's Gaussian) fails on kidiq (measured: sigma's mean and sd outside the
+    tolerance)."""
+    idata, ref = _run_scalable("kidiq-kidscore_momiq", _smh_accepting_every_proposal())
+    rows, failures = _compare(_flat_draws(idata), ref, "ScalableMH")
+    assert failures, f"the check did not catch the broken sampler:\n{_report(rows)}"
 
 
 def test_benchmark_numpy_densities_match_pymc_models():
