@@ -245,9 +245,13 @@ class PredictorMap:
         return grad, hess, psi
 
 
-def predictor_map(engine, spec) -> PredictorMap:
+def predictor_map(engine, spec, *, curved_at=None) -> PredictorMap | None:
     """Build the predictor coordinates of ``spec`` (a one-parameter GLM), or raise a
-    ValueError saying why the linear predictor is not affine in any parameter parts."""
+    ValueError saying why the linear predictor is not affine in any parameter parts.
+
+    With ``curved_at`` (a point ``q``), return None as soon as ``v(q)`` is found affine
+    about it, before the linear predictor is compiled (the callers that only want
+    curved predictors skip most of the compilation on an ordinary GLM)."""
     if spec.family not in PREDICTOR_FAMILIES:
         raise ValueError(f"predictor coordinates do not cover the family {spec.family!r}.")
     params = {}
@@ -277,6 +281,10 @@ def predictor_map(engine, spec) -> PredictorMap:
         shared_inputs=engine.shared)
     v_fn = pytensor.function([q], flat)
     v_fn.trust_input = True
+    if curved_at is not None and is_affine(
+        v_fn, np.asarray(curved_at, dtype=np.float64), np.random.default_rng(0)
+    ):
+        return None
     u_in = pt.dvector("u")
     vjp_graph = (q, u_in, pytensor.grad(pt.sum(flat * u_in), q))
     shape_fn = pytensor.function([q], shapes)
@@ -304,17 +312,18 @@ def predictor_map(engine, spec) -> PredictorMap:
                         vjp_graph)
 
 
-def covered_predictor_map(engine, spec, q_hat):
+def covered_predictor_map(engine, spec, q_hat, *, curved_only=False):
     """The predictor map of ``spec``, or None where predictor coordinates do not cover it:
     a two-parameter family, a per-row family parameter, or a linear predictor that is
-    affine in no data-free parameter expressions."""
+    affine in no data-free parameter expressions (with ``curved_only``, also when
+    ``v(q)`` is affine about ``q_hat``)."""
     if spec.two_param or spec.family not in PREDICTOR_FAMILIES:
         return None
     try:
-        vmap = predictor_map(engine, spec)
+        vmap = predictor_map(engine, spec, curved_at=q_hat if curved_only else None)
     except ValueError:
         return None
-    return vmap if vmap.check_affine(vmap.v(q_hat)) else None
+    return vmap if vmap is not None and vmap.check_affine(vmap.v(q_hat)) else None
 
 
 def curved_predictor_map(engine, q_hat):
@@ -325,5 +334,4 @@ def curved_predictor_map(engine, q_hat):
         spec = detect_glm(engine.model)
     except ValueError:
         return None
-    vmap = covered_predictor_map(engine, spec, q_hat)
-    return None if vmap is None or vmap.v_is_affine(q_hat) else vmap
+    return covered_predictor_map(engine, spec, q_hat, curved_only=True)

@@ -102,3 +102,17 @@ def hierarchical_logistic(y, g, x, groups, *, centred=False):
         eta = (a[g] if centred else mu + tau * z[g]) + b * x
         pm.Bernoulli("y", logit_p=eta, observed=y)
     return model
+
+
+def steps_per_draw(method) -> int:
+    """Markov transitions per draw of a step (an instance, or a class or its name at its
+    defaults): the draw's ``data_used`` can reach this many times ``N``."""
+    import inspect
+
+    import pymc_subsample as pms
+
+    if not isinstance(method, (str, type)):
+        return int(method.steps_per_draw)
+    cls = getattr(pms, method) if isinstance(method, str) else method
+    param = inspect.signature(cls).parameters.get("steps_per_draw")
+    return 1 if param is None else int(param.default)

@@ -44,7 +44,7 @@ POSTERIORDB = Path(
 )
 
 STAT_DTYPES = {
-    "accepted": np.bool_,
+    "accepted": np.float64,
     "data_used": np.int64,
     "n_batches": np.int64,
     "scaling": np.float64,
@@ -131,7 +131,9 @@ def small():
 def small_run(small):
     x, model = small
     with model:
-        step = pms.BarkerMinibatch(batch_size=100, temperature=20.0, delta=0.05)
+        # one transition per draw: the paper's chain, whose stats each describe one test
+        step = pms.BarkerMinibatch(batch_size=100, temperature=20.0, delta=0.05,
+                                   steps_per_draw=1)
     return _sample(model, step, draws=300, tune=200, chains=2, seed=SEED + 1)
 
 
@@ -172,6 +174,29 @@ def test_sample_stats_consistency(small, small_run):
     # scaling is frozen after tuning and positive
     assert np.all(scaling > 0) and np.all(scaling == scaling[:, :1])
     assert not ss["accepted"].isnull().any()
+
+
+def test_two_transitions_per_draw_by_default(small):
+    """The default draw is two Barker transitions: its stats add the rows and batches of
+    both, ``accepted`` is the share accepted, and the chain moves iff one accepted."""
+    x, model = small
+    with model:
+        step = pms.BarkerMinibatch(batch_size=100, temperature=20.0, delta=0.05)
+    assert step.steps_per_draw == 2
+    idata = _sample(model, step, draws=300, tune=200, chains=2, seed=SEED + 1)
+    used = _values(idata, "data_used", "sample_stats")
+    nb = _values(idata, "n_batches", "sample_stats")
+    acc = _values(idata, "accepted", "sample_stats")
+    eps = _values(idata, "clt_error", "sample_stats")
+    assert np.all((used >= 200) & (used <= 2 * x.size)) and np.all(nb >= 2)
+    assert np.all(used <= 100 * nb)
+    assert set(np.unique(acc)) <= {0.0, 0.5, 1.0} and 0.5 in set(np.unique(acc))
+    mu = _values(idata, "mu")
+    np.testing.assert_array_equal(np.diff(mu, axis=1) != 0, acc[:, 1:] > 0)
+    assert np.all(eps <= 0.05)
+    with pytest.raises(ValueError, match="steps_per_draw must be a positive integer"):
+        with model:
+            pms.BarkerMinibatch(steps_per_draw=0)
 
 
 # ====================================================================== posterior

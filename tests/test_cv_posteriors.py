@@ -48,45 +48,38 @@ reference sds, worst component; seconds = step set-up + sampling, references exc
     ======================= =============== ======== ====== ======== ========== ===== ======
     model                   step            max|dm|  max|ds| min ESS  rows/step  s     result
     ======================= =============== ======== ====== ======== ========== ===== ======
-    logistic                AustereMH       0.021    0.032   18451   515/20000   16   pass
-    logistic                BarkerMinibatch 0.038    0.023    4675   100/20000   11   pass
-    hierarchical            AustereMH       0.038    0.057    2459   571/4000    22   pass
-    hierarchical            BarkerMinibatch 0.074    0.065    1679   201/4000    24   pass
-    hierarchical_centred    AustereMH       0.062    0.093    1207   569/4000    18   pass
-    hierarchical_centred    BarkerMinibatch 0.042    0.042    1702   169/4000    18   pass
-    robust_t                AustereMH       0.012    0.036   18236   511/10000   18   pass
-    robust_t                BarkerMinibatch 0.007    0.025    4692   100/10000   16   pass
-    sblrc-blr               AustereMH       0.028    0.018    4021   100/100 *   11   pass
-    sblrc-blr               BarkerMinibatch 0.023    0.021    3248   100/100     12   pass
-    kidiq-kidscore_momiq    AustereMH       0.032    0.008   14424   434/434 *   13   pass
-    kidiq-kidscore_momiq    BarkerMinibatch 0.030    0.007    4629   101/434     12   pass
-    earnings-logearn_height AustereMH       0.014    0.011   14929   503/1192    14   pass
-    earnings-logearn_height BarkerMinibatch 0.020    0.022    5133   100/1192    12   pass
-    nes1980-nes             AustereMH       0.021    0.018    9114   503/701     11   pass
-    nes1980-nes             BarkerMinibatch 0.050    0.027    3417   113/701     16   pass
-    sblrc-blr               accept-all (b)  0.416    0.059   18991   100/100     13   caught
+    logistic                AustereMH       0.026    0.028   18707   515/20000    5   pass
+    logistic                BarkerMinibatch 0.023    0.023   11849   200/20000    6   pass
+    hierarchical            AustereMH       0.038    0.057    2459   571/4000    16   pass
+    hierarchical            BarkerMinibatch 0.032    0.039    2280   395/4000    29   pass
+    hierarchical_centred    AustereMH       0.022    0.042    6064   565/4000     6   pass
+    hierarchical_centred    BarkerMinibatch 0.042    0.053    3593   361/4000     9   pass
+    robust_t                AustereMH       0.008    0.046   18463   514/10000    7   pass
+    robust_t                BarkerMinibatch 0.016    0.040   11206   201/10000    9   pass
+    sblrc-blr               AustereMH       0.024    0.016    5051   100/100 *    4   pass
+    sblrc-blr               BarkerMinibatch 0.027    0.025    7075   200/100     6   pass
+    kidiq-kidscore_momiq    AustereMH       0.032    0.009   15771   434/434 *    4   pass
+    kidiq-kidscore_momiq    BarkerMinibatch 0.028    0.010   11048   201/434      7   pass
+    earnings-logearn_height AustereMH       0.007    0.014   15736   503/1192     4   pass
+    earnings-logearn_height BarkerMinibatch 0.009    0.010   11763   201/1192     6   pass
+    nes1980-nes             AustereMH       0.019    0.018   10013   503/701      5   pass
+    nes1980-nes             BarkerMinibatch 0.016    0.019   10149   225/701      8   pass
+    sblrc-blr               accept-all (b)  0.416    0.059   18991   100/100      3   caught
     ======================= =============== ======== ====== ======== ========== ===== ======
 
     (*) batch_size 500 >= N: AustereMH is exact MH there. (b) the broken sampler of
     test_check_catches_a_sampler_that_accepts_everything.
 
 NUTS references: about 60 s (logistic), 27 s (robust_t) and 64 s (hierarchical). Whole
-file: 229 s wall, 444 s CPU with ``-n 2`` on PyMC 5.28 (a quiet machine); PyMC 6.4: the
-same draws and figures (its NUTS reference of the hierarchical model differs: max|dm|
-1.557 / 1.376), 431 s wall while another test suite shared the two cores.
+file: 127 s wall with ``-n 2`` on PyMC 5.28 (the table's run; BarkerMinibatch at its
+default two transitions per draw, so its rows/step are per draw of two tests).
 
-Hierarchical model (strict xfail). Every component has a bulk ESS of 3-5 out of 20,000
-draws (tau 1.4 / 1.3 reference sds too high), and the tests read 31% / 58% of the rows.
-Cause: the geometry of the non-centred form with data-rich groups (200 rows each), not
-the approximate tests. The default centre is the joint posterior mode, where tau = 1.98,
-far from the posterior mass (tau = 0.80 +- 0.14, NUTS); the Laplace approximation
-there is a poor Gaussian for the curved (tau, z) ridge, so the pCN proposal that is
-reversible for it tunes to tiny moves, and the control variates centred there leave
-large residuals. Checks (PyMC 5, 2 x 10,000 draws, Geyer ESS): exact MH with the same
-proposal (``AustereMH(epsilon=0)``) has ESS 11 and tau +1.7 sd; a random walk
-(``proposal="random_walk"`` or ``control_variate=0``) ESS 9-13, tau -0.7 to -1.0 sd.
-The same posterior in the centred form (``a ~ Normal(mu, tau)``, ``a[g]``) passes at the
-defaults: max|dm| 0.03 / 0.05 sd, ESS >= 4,456 / 1,313, 566 / 170 rows per step.
+Hierarchical model (non-centred, group indices): AustereMH and BarkerMinibatch take
+their control variates in predictor coordinates and propose with SurrogateHMC
+(:mod:`pymc_subsample.predictor`). Before that it was a strict xfail here: every
+component had a bulk ESS of 3-5 out of 20,000 draws (tau 1.4 / 1.3 reference sds too
+high): in ``q`` the Laplace approximation at the joint mode (tau = 1.98, far from the
+posterior mass at 0.80 +- 0.14) is a poor Gaussian for the curved (tau, z) ridge.
 
 Robust regression: before the steps' warm-up started from a Laplace draw (``init=
 "laplace"``), it failed from PyMC's initial point (beta = 0, sigma = 5; ESS 6-14, means
@@ -121,6 +114,7 @@ from helpers import (  # noqa: E402
     run_sample,
     sample_stats,
     sampler_warnings,
+    steps_per_draw,
 )
 
 M = refpost.M  # benchmarks/models.py: posteriordb loaders, multi-chain ESS / MCSE
@@ -377,15 +371,16 @@ def run_default(model, step_cls, seed):
     return idata, time.perf_counter() - t0
 
 
-def rows_per_step(idata, n_rows) -> float:
-    """Mean ``data_used`` over the kept draws; asserts the stat is reported and sane."""
+def rows_per_step(idata, n_rows, per_draw=1) -> float:
+    """Mean ``data_used`` over the kept draws (of ``per_draw`` transitions each); asserts
+    the stat is reported and sane."""
     stats = sample_stats(idata)
     assert "data_used" in stats, "the step does not report data_used"
     used = np.asarray(stats["data_used"].values, dtype=float)
     assert used.shape[:2] == (CHAINS, DRAWS)
-    assert np.all(np.isfinite(used)) and used.min() >= 0 and used.max() <= n_rows
+    assert np.all(np.isfinite(used)) and used.min() >= 0 and used.max() <= per_draw * n_rows
     mean = float(used.mean())
-    assert 0 < mean <= n_rows
+    assert 0 < mean <= per_draw * n_rows
     return mean
 
 
@@ -402,7 +397,7 @@ def evaluate(name, method, references, step_cls=None):
     step_cls = step_cls or getattr(pms, method)
     idata, seconds = run_default(model, step_cls, SEEDS[method])
     n = n_rows_of(model)
-    used = rows_per_step(idata, n)
+    used = rows_per_step(idata, n, steps_per_draw(step_cls))
     rows, failures = check(refpost._flat_draws(idata), ref)
     s = summary(rows)
     stats = sample_stats(idata)

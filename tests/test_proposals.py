@@ -506,7 +506,7 @@ def _reset_cases():
         "random_walk": lambda: RandomWalk().setup(D),
         "random_walk_adaptcov": lambda: RandomWalk(adapt_covariance=True, cov_start=40, cov_update_interval=10).setup(D),
         "preconditioned": lambda: PreconditionedRandomWalk().setup(D, cov=REF_COV),
-        "pcn": lambda: PCN().setup(D, mode=REF_MODE, cov=REF_COV),
+        "pcn": lambda: PCN().setup(D, scaling=0.3, mode=REF_MODE, cov=REF_COV),
         "langevin": lambda: Langevin(batch_size=10, precondition="diag").setup(D, grad_fn=g, n_total=g.n_total, cov=REF_COV),
         "user": lambda: as_proposal(ShiftedWalk([0.1, 0.0, 0.0], 0.5)).setup(D),
     }
@@ -751,3 +751,21 @@ def test_base_class_is_abstract_and_interface_present():
         for name in ("setup", "draw", "tune", "stop_tuning", "reset"):
             assert callable(getattr(cls, name))
         assert isinstance(cls.scaling, property)
+
+
+def test_pcn_tuning_reaches_the_independent_proposal():
+    """When even the independent proposal (beta = 1) accepts above the target, tuning must
+    end at beta = 1, not at the clipped recursion's average just below it (it ended at
+    about 0.98, rho about 0.04, before the iterate could pass log 1)."""
+    prop = PCN().setup(D, scaling=0.5, mode=REF_MODE, cov=REF_COV)
+    rng = np.random.default_rng(3)
+    for _ in range(1000):
+        prop.tune(float(rng.random() < 0.6))  # accepts far above 0.234 at any beta
+    prop.stop_tuning()
+    assert prop.scaling == 1.0 and prop.rho == 0.0
+    # and a proposal that accepts below the target still shrinks
+    prop = PCN().setup(D, scaling=0.5, mode=REF_MODE, cov=REF_COV)
+    for _ in range(1000):
+        prop.tune(float(rng.random() < 0.05))
+    prop.stop_tuning()
+    assert prop.scaling < 0.1

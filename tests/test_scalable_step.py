@@ -634,7 +634,7 @@ def test_sample_stats_names_dtypes_and_consistency(logit, logit_runs):
     for order, idata in logit_runs.items():
         ss = sample_stats(idata)
         dtypes = {
-            "accepted": np.bool_,
+            "accepted": np.float64,
             "data_used": np.int64,
             "n_batches": np.int64,
             "scaling": np.float64,

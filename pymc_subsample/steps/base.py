@@ -46,7 +46,9 @@ except ImportError:  # pragma: no cover
 __all__ = ["SubsampleStep", "GrowingBatchStep", "check_batch_size"]
 
 BASE_STATS = {
-    "accepted": (bool, []),
+    # share of the draw's transitions that accepted (0.0 or 1.0 with one transition per
+    # draw); float64, as pm.Metropolis declares it, so that the steps compose with it
+    "accepted": (np.float64, []),
     "data_used": (np.int64, []),
     "n_batches": (np.int64, []),
     "scaling": (np.float64, []),
@@ -84,6 +86,33 @@ def check_batch_size(value, name: str, n_rows: int, *, allow_none: bool = False)
     return min(int(value), n_rows)
 
 
+#: stats that a draw of several transitions sums (anything numeric else: the largest)
+_SUMMED = frozenset({"data_used", "n_batches", "accepted"})
+
+
+def _summarise(transitions: list[dict]) -> dict:
+    """One draw's stats from its transitions' (see ``steps_per_draw``): counts add,
+    flags are true if any transition set them, the audit's agreement is the mean over
+    the audited transitions (NaN if none), error bounds and variances are the largest
+    (NaN where no transition set them)."""
+    if len(transitions) == 1:
+        return dict(transitions[0])
+    out = {}
+    for key in {k for t in transitions for k in t}:
+        vals = [t[key] for t in transitions if key in t]
+        if key in _SUMMED:
+            out[key] = sum(vals)
+        elif isinstance(vals[0], (bool, np.bool_)):
+            out[key] = any(vals)
+        else:
+            finite = [v for v in vals if v == v]
+            if key == "audit":
+                out[key] = float(np.mean(finite)) if finite else np.nan
+            else:
+                out[key] = max(finite) if finite else vals[-1]
+    return out
+
+
 class SubsampleStep(ArrayStepShared):
     """Base class of the subsampling Metropolis-Hastings step methods.
 
@@ -105,6 +134,15 @@ class SubsampleStep(ArrayStepShared):
     tune : bool, default True
         Adapt the proposal during PyMC's tuning phase.
     model : pymc.Model, optional
+    steps_per_draw : int, default 1
+        Markov transitions per PyMC draw (each one a proposal and a test; the draw
+        keeps the last state). Every transition leaves the target invariant, so their
+        composition does too; a value above 1 thins the chain inside the step, which
+        pays when one transition costs less than PyMC's bookkeeping of a draw. Sample
+        stats then summarise the draw's transitions: ``accepted`` is the share that
+        accepted, ``data_used`` and ``n_batches`` are totals, error bounds and
+        variances are the largest, flags are true if any transition set them, and
+        ``scaling`` is the last.
     """
 
     name = "subsample"
@@ -129,9 +167,17 @@ class SubsampleStep(ArrayStepShared):
         initial_point=None,
         proposal_kwargs=None,
         init="laplace",
+        steps_per_draw=1,
     ):
         if init not in ("laplace", "model"):
             raise ValueError(f"init must be 'laplace' or 'model', got {init!r}.")
+        if (isinstance(steps_per_draw, bool) or not isinstance(steps_per_draw, numbers.Integral)
+                or steps_per_draw < 1):
+            raise ValueError(
+                f"steps_per_draw must be a positive integer (Markov transitions per PyMC "
+                f"draw), got {steps_per_draw!r}."
+            )
+        self.steps_per_draw = int(steps_per_draw)
         self.init = init
         #: mean and Cholesky factor of the Laplace approximation (set by steps with a centre)
         self._laplace_mean = self._laplace_chol = None
@@ -314,6 +360,19 @@ class SubsampleStep(ArrayStepShared):
                 z = self.rng.standard_normal(self.ndim)
                 q0 = RaveledVars(self._laplace_mean + self._laplace_chol @ z, q0.point_map_info)
         q = q0.data
+        transitions = []
+        for _ in range(self.steps_per_draw):
+            q, stats = self._transition(q)
+            transitions.append(stats)
+        stats = _summarise(transitions)
+        stats["accepted"] = stats["accepted"] / self.steps_per_draw
+        stats["scaling"] = float(getattr(self.proposal, "scaling", np.nan))
+        stats["warning"] = self._pending.pop(0) if self._pending else None
+        return RaveledVars(q, q0.point_map_info), [stats]
+
+    def _transition(self, q):
+        """One Markov transition from ``q``: a proposal and its test. Returns the new
+        state and the transition's stats (``accepted`` 0.0 or 1.0)."""
         q_prop, log_qratio = self.proposal.draw(q, self.rng)
         q_prop = np.asarray(q_prop, dtype=np.float64)
         log_qratio = float(log_qratio)
@@ -331,11 +390,8 @@ class SubsampleStep(ArrayStepShared):
                 stats.update(extra)
         if self.tune and self.adapt and hasattr(self.proposal, "tune"):
             self.proposal.tune(self._tune_signal(accepted), q=q_prop if accepted else q)
-        stats["accepted"] = bool(accepted)
-        stats["scaling"] = float(getattr(self.proposal, "scaling", np.nan))
-        stats["warning"] = self._pending.pop(0) if self._pending else None
-        q_new = q_prop if accepted else q
-        return RaveledVars(q_new, q0.point_map_info), [stats]
+        stats["accepted"] = float(bool(accepted))
+        return (q_prop if accepted else q), stats
 
     #: predictor coordinates (:mod:`pymc_subsample.predictor`), when the control
     #: variates live there
