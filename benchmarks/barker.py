@@ -193,13 +193,15 @@ def experiment_logistic(quick, seed):
     start = {"beta": b_mle}
     methods = [
         ("BarkerMinibatch (delta=0.01, m=100)",
-         lambda: pms.BarkerMinibatch(batch_size=100, temperature=K, scaling=scaling, tune=False)),
+         # one transition per draw: the paper's chain, whose data use is per test
+         lambda: pms.BarkerMinibatch(steps_per_draw=1, batch_size=100, temperature=K,
+                                     scaling=scaling, tune=False)),
         (f"AustereMH worst-case design (m={design.batch_size}, eps={design.epsilon:g})",
          lambda: Tempered(temperature=K, epsilon=design.epsilon, batch_size=design.batch_size,
                           scaling=scaling, tune=False)),
         ("BarkerMinibatch, variance rule only (delta=inf)",
-         lambda: pms.BarkerMinibatch(batch_size=100, temperature=K, delta=math.inf,
-                                     scaling=scaling, tune=False)),
+         lambda: pms.BarkerMinibatch(steps_per_draw=1, batch_size=100, temperature=K,
+                                     delta=math.inf, scaling=scaling, tune=False)),
         ("AustereMH defaults (m=500, eps=0.05)",
          lambda: Tempered(temperature=K, epsilon=0.05, batch_size=500, scaling=scaling, tune=False)),
         ("exact MH (AustereMH eps=0)",
@@ -303,10 +305,11 @@ def experiment_mixture(quick, seed):
     for title, prop_sd, tag in readings:
         methods = [
             (f"BarkerMinibatch (delta=0.01, m=50{tag})",
-             lambda: pms.BarkerMinibatch(batch_size=50, temperature=K, scaling=prop_sd, tune=False)),
-            (f"BarkerMinibatch, variance rule only{tag}",
-             lambda: pms.BarkerMinibatch(batch_size=50, temperature=K, delta=math.inf,
+             lambda: pms.BarkerMinibatch(steps_per_draw=1, batch_size=50, temperature=K,
                                          scaling=prop_sd, tune=False)),
+            (f"BarkerMinibatch, variance rule only{tag}",
+             lambda: pms.BarkerMinibatch(steps_per_draw=1, batch_size=50, temperature=K,
+                                         delta=math.inf, scaling=prop_sd, tune=False)),
             (f"AustereMH(c) (m=50, eps=0.005{tag})",
              lambda: Tempered(temperature=K, epsilon=0.005, batch_size=50, scaling=prop_sd,
                               tune=False)),
