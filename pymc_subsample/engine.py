@@ -34,7 +34,9 @@ from pytensor.tensor.shape import SpecifyShape
 
 import pymc as pm
 from pymc.pytensorf import join_nonshared_inputs, make_shared_replacements
+from pymc.data import MinibatchIndexRV
 from pymc.util import get_value_vars_from_user_vars
+from pymc.variational.minibatch_rv import MinibatchRandomVariable
 
 try:  # PyTensor >= 2.31 moved graph traversal helpers
     from pytensor.graph.traversal import ancestors, graph_inputs, io_toposort
@@ -88,6 +90,10 @@ def _scan_jacobian(g, q):
     ``g`` (reverse mode): used for the Hessian of a scalar, whose vectorised form compiles
     pathologically slowly for some models (e.g. a group index)."""
     return _jacobian(g, q, vectorize=False)
+
+
+#: the ops of PyMC's own minibatching (``pm.Minibatch`` data, ``total_size=``)
+_MINIBATCH_OPS = (MinibatchRandomVariable, MinibatchIndexRV)
 
 
 class ModelNotSupportedError(ValueError):
@@ -229,6 +235,19 @@ class LikelihoodEngine:
                     f"free variable '{base}_unobserved'. Subsampling steps need fully observed "
                     "rows: drop the rows with missing values (or model the missingness "
                     "explicitly) before building the model."
+                )
+            # pm.Minibatch / total_size: PyMC's own subsampling for variational inference
+            # (the observed variable is wrapped in a MinibatchRandomVariable, the data
+            # drawn by a MinibatchIndexRV)
+            if any(v.owner is not None and isinstance(v.owner.op, _MINIBATCH_OPS)
+                   for v in ancestors([rv])):
+                raise ModelNotSupportedError(
+                    f"Observed variable '{name}' uses pm.Minibatch or total_size=, PyMC's "
+                    "subsampling for variational inference. The subsampling steps draw the "
+                    "rows themselves and need the whole data set in the model: build it on "
+                    "all N rows (the arrays, a pm.Data or a numpy.memmap) without "
+                    "pm.Minibatch and total_size=; each step then reads only the rows it "
+                    "draws."
                 )
 
     def _find_rows(self, model, row_dim):

@@ -928,3 +928,21 @@ def test_refusal(name):
     msg = str(info.value)
     for needle in needles:
         assert needle in msg, (needle, msg)
+
+
+@pytest.mark.parametrize("form", ["pm.Minibatch", "total_size only"])
+def test_pymc_minibatch_models_are_refused_with_what_to_do(form):
+    """A model written for PyMC's variational minibatching names the variable and says to
+    build the model on all rows (it was refused as 'no row-indexed data' or 'does not
+    factorise')."""
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(1000, 3))
+    y = (X @ np.ones(3) + rng.normal(size=1000) > 0).astype("float64")
+    if form == "pm.Minibatch":
+        X, y = pm.Minibatch(X, y, batch_size=100)
+    with pm.Model():
+        b = pm.Normal("b", 0, 1, shape=3)
+        pm.Bernoulli("y_obs", logit_p=X @ b, observed=y, total_size=1000)
+        with pytest.raises(ModelNotSupportedError,
+                           match="'y_obs' uses pm.Minibatch or total_size=.*all N rows"):
+            LikelihoodEngine()
