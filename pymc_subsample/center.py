@@ -169,9 +169,17 @@ def find_center(engine, start=None, *, tol: float = 1e-5, max_iter: int = 40,
                                                  max_iter=max_iter)
         if q_warm is not None:
             q = q_warm
-        if ok_warm:
-            _, h_ll, _, h_pr = sums_warm
-            q, grad_passes = _fixed_hessian_steps(engine, q, -(h_ll + h_pr), tol=tol)
+        if ok_warm:  # Newton with the warm start's likelihood Hessian held fixed
+            h_warm = sums_warm[1]
+
+            def grad_fixed_hess(x):
+                v, g = engine.full_loglik_grad(x)
+                return v, g, h_warm
+
+            q_fixed, _, grad_passes, _ = _newton(engine, q, grad_fixed_hess, engine.full_loglik,
+                                                 tol=tol, max_iter=10)
+            if q_fixed is not None:
+                q = q_fixed
     q, sums, passes, ok = _newton(
         engine, q, engine.full_loglik_hessian, engine.full_loglik, tol=tol,
         max_iter=max_iter, progress=progress,
@@ -235,34 +243,6 @@ def _newton(engine, q, ll_hess, ll_value, *, tol, max_iter, progress=None):
                 return q, None, passes, False
         q, f, sums = x, f_new, sums_new
     return q, None, passes, False
-
-
-def _fixed_hessian_steps(engine, q, neg_hess, *, tol, max_iter: int = 10):
-    """Newton steps on the log posterior with a fixed ``neg_hess`` (the warm start's),
-    one full-data gradient pass each; stops when half the decrement is below ``tol``, or
-    at the first step that fails the Armijo condition (exact Newton takes over there).
-    Returns ``(q, passes)``."""
-    ll, g_ll = engine.full_loglik_grad(q)
-    lp, g_pr = engine.prior_and_grad(q)
-    passes, f = 1, ll + lp
-    if not math.isfinite(f):
-        return q, passes
-    for _ in range(max_iter):
-        g = g_ll + g_pr
-        step = _newton_direction(g, neg_hess)
-        dec = float(g @ step)
-        if not 0.5 * dec >= tol:  # converged (or a NaN: leave it to exact Newton)
-            break
-        x = q + step
-        lp_x, gp_x = engine.prior_and_grad(x)
-        if not math.isfinite(lp_x):
-            break
-        ll_x, gl_x = engine.full_loglik_grad(x)
-        passes += 1
-        if not ll_x + lp_x >= f + 1e-4 * dec:
-            break
-        q, f, g_ll, g_pr = x, ll_x + lp_x, gl_x, gp_x
-    return q, passes
 
 
 def _lbfgs_center(engine, start, passes) -> Center:

@@ -116,3 +116,16 @@ def steps_per_draw(method) -> int:
     cls = getattr(pms, method) if isinstance(method, str) else method
     param = inspect.signature(cls).parameters.get("steps_per_draw")
     return 1 if param is None else int(param.default)
+
+
+def scalable_mh_accepting_every_proposal():
+    """ScalableMH that accepts every proposal (a deliberately broken sampler: the
+    correctness tests must catch it)."""
+    from pymc_subsample import ScalableMH
+
+    class AcceptsEveryProposal(ScalableMH):
+        def _decide(self, q, q_prop, log_prior_ratio, log_qratio):
+            _, stats = super()._decide(q, q_prop, log_prior_ratio, log_qratio)
+            return True, stats
+
+    return AcceptsEveryProposal

@@ -14,7 +14,14 @@ import pytest
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from helpers import mcse_mean, mcse_sd, posterior, run_sample, sample_stats  # noqa: E402
+from helpers import (  # noqa: E402
+    mcse_mean,
+    mcse_sd,
+    posterior,
+    run_sample,
+    sample_stats,
+    scalable_mh_accepting_every_proposal,
+)
 
 from pymc_subsample.kernels.phi import taylor_phi  # noqa: E402
 
@@ -69,18 +76,6 @@ def test_probit_bounds_hold_on_every_row(order):
     assert worst > 1e-3  # not vacuous
 
 
-def _accepts_every_proposal():
-    """ScalableMH that accepts every proposal (a deliberately broken sampler)."""
-    from pymc_subsample import ScalableMH
-
-    class AcceptsEveryProposal(ScalableMH):
-        def _decide(self, q, q_prop, log_prior_ratio, log_qratio):
-            _, stats = super()._decide(q, q_prop, log_prior_ratio, log_qratio)
-            return True, stats
-
-    return AcceptsEveryProposal
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("broken", [False, True], ids=["ScalableMH", "broken"])
 def test_probit_with_custom_bounds_matches_nuts(broken):
@@ -94,7 +89,7 @@ def test_probit_with_custom_bounds_matches_nuts(broken):
 
     n = 40
     model, X = EX.probit_model(n=n, seed=2)
-    step_cls = _accepts_every_proposal() if broken else pms.ScalableMH
+    step_cls = scalable_mh_accepting_every_proposal() if broken else pms.ScalableMH
     with model, warnings.catch_warnings():
         warnings.simplefilter("ignore")
         step = step_cls(bounds=EX.probit_bounds(X))

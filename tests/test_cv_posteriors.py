@@ -114,6 +114,7 @@ from helpers import (  # noqa: E402
     run_sample,
     sample_stats,
     sampler_warnings,
+    scalable_mh_accepting_every_proposal,
     steps_per_draw,
 )
 
@@ -525,19 +526,6 @@ def _run_scalable(model, step_cls, seed=20190527):
     return step, idata, time.perf_counter() - t0
 
 
-def _accepts_every_proposal():
-    """ScalableMH that accepts every proposal (a deliberately broken sampler: the
-    surrogate trajectories uncorrected)."""
-    from pymc_subsample import ScalableMH
-
-    class AcceptsEveryProposal(ScalableMH):
-        def _decide(self, q, q_prop, log_prior_ratio, log_qratio):
-            _, stats = super()._decide(q, q_prop, log_prior_ratio, log_qratio)
-            return True, stats
-
-    return AcceptsEveryProposal
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("broken", [False, True], ids=["ScalableMH", "broken"])
 def test_scalable_mh_non_centred_hierarchical_is_exact(broken, references, record_property):
@@ -550,7 +538,7 @@ def test_scalable_mh_non_centred_hierarchical_is_exact(broken, references, recor
     import pymc_subsample as pms
 
     model, ref = references("hierarchical")
-    step_cls = _accepts_every_proposal() if broken else pms.ScalableMH
+    step_cls = scalable_mh_accepting_every_proposal() if broken else pms.ScalableMH
     step, idata, seconds = _run_scalable(model, step_cls)
     assert step._vmap is not None and type(step.proposal).__name__ == "SurrogateHMC"
     n = n_rows_of(model)

@@ -93,7 +93,12 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from helpers import posterior, sample_stats, steps_per_draw  # noqa: E402
+from helpers import (  # noqa: E402
+    posterior,
+    sample_stats,
+    scalable_mh_accepting_every_proposal,
+    steps_per_draw,
+)
 
 
 def _load_models():
@@ -239,18 +244,6 @@ def test_matches_posteriordb_reference(folder, method):
     assert used.min() >= 0 and used.max() <= steps_per_draw(method) * ref.n_rows
 
 
-def _smh_accepting_every_proposal():
-    """ScalableMH that accepts every proposal (a deliberately broken sampler)."""
-    from pymc_subsample import ScalableMH
-
-    class AcceptsEveryProposal(ScalableMH):
-        def _decide(self, q, q_prop, log_prior_ratio, log_qratio):
-            _, stats = super()._decide(q, q_prop, log_prior_ratio, log_qratio)
-            return True, stats
-
-    return AcceptsEveryProposal
-
-
 def _run_scalable(folder, step_cls):
     import pymc as pm
 
@@ -294,7 +287,7 @@ def test_scalable_check_catches_a_sampler_that_accepts_every_proposal():
     """The same run and check with every proposal accepted (the chain then samples the
     pCN proposal's Gaussian) fails on kidiq (measured: sigma's mean and sd outside the
     tolerance)."""
-    idata, ref = _run_scalable("kidiq-kidscore_momiq", _smh_accepting_every_proposal())
+    idata, ref = _run_scalable("kidiq-kidscore_momiq", scalable_mh_accepting_every_proposal())
     rows, failures = _compare(_flat_draws(idata), ref, "ScalableMH")
     assert failures, f"the check did not catch the broken sampler:\n{_report(rows)}"
 

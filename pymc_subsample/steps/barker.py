@@ -67,7 +67,8 @@ class BarkerMinibatch(GrowingBatchStep):
 
     Notes
     -----
-    Sample stats per draw (over its ``steps_per_draw`` transitions): ``accepted``, ``data_used``, ``n_batches``, ``scaling``,
+    Sample stats per draw (over its ``steps_per_draw`` transitions): ``accepted``,
+    ``data_used``, ``n_batches``, ``scaling``,
     ``clt_error`` (the estimate compared with ``delta`` when the test stopped),
     ``lemma3_error`` (the paper's Lemma 3 / Corollary 1 bound on the same batch),
     ``delta_var`` (the variance ``s^2`` of ``Delta*``), ``exact`` (the test used all

@@ -370,12 +370,14 @@ class ScalableMH(SubsampleStep):
         """``sum_i lhat_i(q') - lhat_i(q)`` over all rows, in closed form."""
         return self.proxy.sum_diff(self.coordinates(q), self.coordinates(q_prop))
 
-    def remainder_fn(self, q, q_prop):
-        """``rows -> R_i(q') - R_i(q)`` (before clipping), in the step's coordinates."""
+    def remainder_fn(self, q, q_prop, x=None, x_prop=None):
+        """``rows -> R_i(q') - R_i(q)`` (before clipping), in the step's coordinates
+        (``x``, ``x_prop``: those of ``q``, ``q_prop`` when already computed)."""
         if self._vmap is None:
             return self._remainder_fn(q, q_prop)
-        return self._vmap.remainder_fn(self.coordinates(q), self.coordinates(q_prop),
-                                       self.proxy.center, self.order)
+        x = self.coordinates(q) if x is None else x
+        x_prop = self.coordinates(q_prop) if x_prop is None else x_prop
+        return self._vmap.remainder_fn(x, x_prop, self.proxy.center, self.order)
 
     def _remainder_fn(self, q, q_prop):
         """``rows -> R_i(q') - R_i(q)``, ``R_i = U_i - Uhat_{k,i}`` (lambda_i before clipping):
@@ -392,8 +394,7 @@ class ScalableMH(SubsampleStep):
     def _decide(self, q, q_prop, log_prior_ratio, log_qratio):
         # the proxy and the bounds live in q, or in the predictor coordinates v(q)
         x, x_prop, center = self.coordinates(q), self.coordinates(q_prop), self.proxy.center
-        remainder_fn = (self._remainder_fn(q, q_prop) if self._vmap is None
-                        else self._vmap.remainder_fn(x, x_prop, center, self.order))
+        remainder_fn = self.remainder_fn(q, q_prop, x, x_prop)
         # first factor: prior, proposal ratio and exp(-Uhat_k), exactly (O(d^2))
         log_first = log_qratio + log_prior_ratio + self.proxy.sum_diff(x, x_prop)
         self._first_prob = math.exp(min(0.0, log_first)) if log_first == log_first else 0.0
