@@ -8,7 +8,8 @@ coefficients ``b``, ``eta = a + X b``, ``a, b ~ Normal(0, 2)``, scale or shape
 * ``student_t``: ``y ~ StudentT(nu=4, eta, s)``;
 * ``gamma``: ``y ~ Gamma(alpha=s, beta=s / exp(eta))`` (mean ``exp(eta)``, shape ``s``);
 * ``negbinomial``: ``y ~ NegativeBinomial(mu=exp(eta), alpha=s)``;
-* ``poisson``: ``y ~ Poisson(exp(eta))`` (no scale; for comparison).
+* ``poisson``: ``y ~ Poisson(exp(eta))`` (no scale; for comparison);
+* ``probit``: ``y ~ Bernoulli(p=pm.math.invprobit(eta))`` (no scale).
 
 Each model is sampled by ``pms.ScalableMH()`` (order 2, defaults: 2 chains x (1,000 tune +
 2,000 draws), the step built inside the timed call) and by ``pm.sample()`` (NUTS, 2
@@ -37,7 +38,7 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
 
 import numpy as np  # noqa: E402
 
-FAMILIES = ("normal", "student_t", "gamma", "negbinomial", "poisson")
+FAMILIES = ("normal", "student_t", "gamma", "negbinomial", "poisson", "probit")
 D = 5
 
 
@@ -55,13 +56,15 @@ def family_model(family, n, seed=0):
         y = rng.gamma(3.0, np.exp(eta) / 3.0)
     elif family == "negbinomial":
         y = rng.poisson(np.exp(eta) * rng.gamma(2.0, 0.5, n))
+    elif family == "probit":
+        y = (rng.standard_normal(n) < eta).astype(np.int64)
     else:
         y = rng.poisson(np.exp(eta))
     with pm.Model() as model:
         a = pm.Normal("a", 0.0, 2.0)
         b = pm.Normal("b", 0.0, 2.0, shape=D)
         e = a + pm.math.dot(X, b)
-        if family != "poisson":
+        if family not in ("poisson", "probit"):
             s = pm.HalfNormal("s", 5.0)
         if family == "normal":
             pm.Normal("y", mu=e, sigma=s, observed=y)
@@ -71,6 +74,8 @@ def family_model(family, n, seed=0):
             pm.Gamma("y", alpha=s, beta=s / pm.math.exp(e), observed=y)
         elif family == "negbinomial":
             pm.NegativeBinomial("y", mu=pm.math.exp(e), alpha=s, observed=y)
+        elif family == "probit":
+            pm.Bernoulli("y", p=pm.math.invprobit(e), observed=y)
         else:
             pm.Poisson("y", mu=pm.math.exp(e), observed=y)
     return model

@@ -1,5 +1,9 @@
-"""Your own bounds for ScalableMH: a probit regression, which ``bounds="auto"`` does not
-cover.
+"""Your own bounds for ScalableMH, worked out for a probit regression.
+
+``bounds="auto"`` recognises the probit link too (``p=pm.math.invprobit(eta)``); the
+example derives the same constants by hand, so that its answer can be checked against the
+automatic one (``tests/test_custom_bounds.py`` does), and it is the template for a model
+no rule covers.
 
 ScalableMH needs, for every data row ``i``, a constant ``psi_i`` that bounds every
 (k+1)-th partial derivative of ``U_i(theta) = -log p(y_i | theta)`` over the whole
@@ -68,12 +72,16 @@ def main():
     import pymc_subsample as pms
 
     model, X = probit_model()
-    with model:
-        step = pms.ScalableMH(bounds=probit_bounds(X))
-        idata = pm.sample(draws=2000, tune=1000, chains=2, step=step, random_seed=1)
-    print(az.summary(idata, var_names=["beta"]))
-    stats = idata.sample_stats if hasattr(idata, "sample_stats") else idata["sample_stats"]
-    print(f"rows read per step: {float(np.mean(stats['data_used'].values)):.1f} of {len(X):,}")
+    for label, bounds in [("bounds=probit_bounds(X)", probit_bounds(X)),
+                          ('bounds="auto"', "auto")]:
+        with model:
+            step = pms.ScalableMH(bounds=bounds)
+            idata = pm.sample(draws=2000, tune=1000, chains=2, step=step, random_seed=1)
+        print(f"\n{label}:")
+        print(az.summary(idata, var_names=["beta"]))
+        stats = idata.sample_stats if hasattr(idata, "sample_stats") else idata["sample_stats"]
+        used = float(np.mean(stats["data_used"].values))
+        print(f"rows read per step: {used:.2f} of {len(X):,}")
 
 
 if __name__ == "__main__":

@@ -39,12 +39,14 @@ SUPPORTED_TEXT = (
     "bounds='auto' recognises one observed variable whose row terms depend on the step's "
     "variables only through a linear predictor eta_i = x_i . beta (+ intercept) and, for "
     "some families, a scale or shape parameter sampled on the log scale: "
-    "pm.Bernoulli with logit_p=eta (or p=pm.math.invlogit(eta)); pm.Normal(mu=eta, sigma) "
+    "pm.Bernoulli with logit_p=eta (or p=pm.math.invlogit(eta)) or with a probit link, "
+    "p=pm.math.invprobit(eta); pm.Normal(mu=eta, sigma) "
     "and pm.StudentT(nu, mu=eta, sigma) with nu fixed and sigma fixed or a positive "
     "free variable; pm.Poisson(mu=pm.math.exp(eta)); pm.NegativeBinomial(mu=pm.math.exp(eta), "
     "alpha) and pm.Gamma with mean pm.math.exp(eta) and shape alpha fixed or a positive "
     "free variable (the last four and unknown scales need region bounds, the default). "
-    "For the one-parameter families (Bernoulli-logit, Poisson-log, Normal and Student-t "
+    "For the one-parameter families (Bernoulli-logit and -probit, Poisson-log, Normal and "
+    "Student-t "
     "with fixed scales) eta may also be affine in data-free parameter expressions only, "
     "as in a non-centred hierarchical model, mu + tau * z[g] + X @ beta. "
     "For any other model "
@@ -71,6 +73,58 @@ class GLMSpec:
     def two_param(self) -> bool:
         """Rows depend on the parameters through ``eta`` and a log scale (path bound)."""
         return self.family in TWO_PARAM_FAMILIES
+
+
+def _probit_predictor(p):
+    """``eta`` with ``p = Phi(eta)`` (the standard normal cdf), or None.
+
+    PyMC writes the probit link as ``pm.math.invprobit(eta) = 0.5 erfc(-eta / sqrt 2)``;
+    ``0.5 (1 + erf(eta / sqrt 2))`` is the other common spelling. Rather than match every
+    way of writing the constants, take the argument ``z`` of the first ``erfc`` / ``erf``
+    below ``p``, check that ``p`` depends on nothing else, and compare ``p(z)`` with
+    ``Phi(-sqrt 2 z)`` (``erfc``) or ``Phi(sqrt 2 z)`` (``erf``) at a few values.
+    """
+    import pytensor
+    from pytensor.graph.replace import clone_replace
+    from scipy.special import ndtr
+
+    if p.owner is None:
+        return None
+    node = p.owner
+    for _ in range(8):  # a few elementwise ops above the erf
+        if not isinstance(node.op, Elemwise):
+            return None
+        scalar = node.op.scalar_op
+        if isinstance(scalar, (ps.Erfc, ps.Erf)):
+            break
+        owners = [i.owner for i in node.inputs if i.owner is not None
+                  and not all(isinstance(a, pt.TensorConstant) for a in _graph_inputs(i))]
+        if len(owners) != 1:
+            return None
+        node = owners[0]
+    else:
+        return None
+    z = node.inputs[0]
+    sign = -1.0 if isinstance(scalar, ps.Erfc) else 1.0
+    z_test = pt.vector("z", dtype=z.dtype)
+    try:
+        h = clone_replace(pt.as_tensor_variable(p), {z: z_test}, rebuild_strict=False)
+        if any(v is not z_test and not isinstance(v, pt.TensorConstant) for v in _graph_inputs(h)):
+            return None
+        values = np.linspace(-2.5, 2.5, 11)
+        got = pytensor.function([z_test], h, mode="FAST_COMPILE")(values)
+    except Exception:  # noqa: BLE001 - not the pattern: the caller says what is supported
+        return None
+    if not np.allclose(np.broadcast_to(got, values.shape), ndtr(sign * math.sqrt(2.0) * values),
+                       rtol=1e-9, atol=1e-12):
+        return None
+    return sign * math.sqrt(2.0) * z
+
+
+def _graph_inputs(var):
+    from pymc_subsample.engine import graph_inputs
+
+    return list(graph_inputs([var]))
 
 
 def _is_fixed(var, model):
@@ -112,12 +166,16 @@ def detect_glm(model) -> GLMSpec:
     params = op.dist_params(rv.owner) if hasattr(op, "dist_params") else rv.owner.inputs[3:]
     if kind == "BernoulliRV":
         (p,) = params
-        if p.owner is None or not (isinstance(p.owner.op, Elemwise) and p.owner.op == _SIGMOID):
+        if p.owner is not None and isinstance(p.owner.op, Elemwise) and p.owner.op == _SIGMOID:
+            spec = GLMSpec("bernoulli_logit", rv.name, p.owner.inputs[0], {})
+        elif (eta := _probit_predictor(p)) is not None:
+            spec = GLMSpec("bernoulli_probit", rv.name, eta, {})
+        else:
             raise ValueError(
-                f"ScalableMH bounds='auto': observed '{rv.name}' is Bernoulli but not with a logit "
-                "link (use logit_p=eta). " + SUPPORTED_TEXT
+                f"ScalableMH bounds='auto': observed '{rv.name}' is Bernoulli but neither with a "
+                "logit link (logit_p=eta) nor with a probit link (p=pm.math.invprobit(eta)). "
+                + SUPPORTED_TEXT
             )
-        spec = GLMSpec("bernoulli_logit", rv.name, p.owner.inputs[0], {})
     elif kind == "StudentTRV":
         nu, mu, sigma = params
         nu_value = _fixed_value(nu, "degrees of freedom nu", rv.name, model)
@@ -377,8 +435,8 @@ def chunk_psi(spec, order, J, base, *, whiten=None, radius=None, y=None, sigma=N
             kw = {"sigma": sigma}
         C = local_sup(spec.family, order + 1, base - width, base + width, **kw)
         return C * M ** (order + 1)
-    if spec.family == "bernoulli_logit":
-        return glm_bound_constants("bernoulli_logit", M, order)
+    if spec.family in ("bernoulli_logit", "bernoulli_probit"):
+        return glm_bound_constants(spec.family, M, order)
     kw = {"nu": nu} if spec.family == "student_t" else {}
     # f(eta) = g((y - eta) / sigma): the m-th derivative scales as sigma^-m
     return glm_bound_constants(spec.family, M, order, scale=1.0 / np.asarray(sigma),

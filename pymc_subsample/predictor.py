@@ -303,7 +303,7 @@ def predictor_map(engine, spec, *, curved_at=None) -> PredictorMap | None:
             f"ScalableMH bounds='auto': the linear predictor of '{spec.observed}' reads "
             f"{left[0]} outside any data-free parameter expression.")
     (eta_b,) = engine.to_batch([eta_v])
-    eta_fn = pytensor.function([v_in, *engine._batch_inputs], eta_b, on_unused_input="ignore")
+    eta_fn = engine.function([v_in, *engine._batch_inputs], eta_b)
     eta_fn.trust_input = True
     obs_value = model.rvs_to_values[model[spec.observed]]
     y_index = next(k for k, r in enumerate(engine.rows) if r.variable is obs_value)

@@ -66,7 +66,7 @@ def run_sample(model, step, *, draws, tune, chains, seed, cores=1, **kw):
             chains=chains,
             cores=cores,
             random_seed=seed,
-            progressbar=False,
+            progressbar=kw.pop("progressbar", False),
             compute_convergence_checks=False,
             **kw,
         )

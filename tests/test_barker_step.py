@@ -1,6 +1,6 @@
 """Tests of the BarkerMinibatch step method (``pymc_subsample.steps.barker``).
 
-Seita, Pan, Chen & Canny (2017), ``shared/papers/minibatch-barker-test-seita2017.txt``.
+Seita, Pan, Chen & Canny (2017), "An Efficient Minibatch Acceptance Test for Metropolis-Hastings".
 What is checked, on PyMC 5 (``arviz.InferenceData``) and PyMC 6 (xarray ``DataTree``):
 
 * the posterior: a conjugate Normal-mean model at temperature 1 and at ``K > 1`` against
@@ -176,21 +176,22 @@ def test_sample_stats_consistency(small, small_run):
     assert not ss["accepted"].isnull().any()
 
 
-def test_two_transitions_per_draw_by_default(small):
-    """The default draw is two Barker transitions: its stats add the rows and batches of
-    both, ``accepted`` is the share accepted, and the chain moves iff one accepted."""
+def test_three_transitions_per_draw_by_default(small):
+    """The default draw is three Barker transitions: its stats add the rows and batches of
+    all three, ``accepted`` is the share accepted, and the chain moves iff one accepted."""
     x, model = small
     with model:
         step = pms.BarkerMinibatch(batch_size=100, temperature=20.0, delta=0.05)
-    assert step.steps_per_draw == 2
+    assert step.steps_per_draw == 3
     idata = _sample(model, step, draws=300, tune=200, chains=2, seed=SEED + 1)
     used = _values(idata, "data_used", "sample_stats")
     nb = _values(idata, "n_batches", "sample_stats")
     acc = _values(idata, "accepted", "sample_stats")
     eps = _values(idata, "clt_error", "sample_stats")
-    assert np.all((used >= 200) & (used <= 2 * x.size)) and np.all(nb >= 2)
+    assert np.all((used >= 300) & (used <= 3 * x.size)) and np.all(nb >= 3)
     assert np.all(used <= 100 * nb)
-    assert set(np.unique(acc)) <= {0.0, 0.5, 1.0} and 0.5 in set(np.unique(acc))
+    shares = set(np.round(np.unique(acc) * 3, 9))
+    assert shares <= {0.0, 1.0, 2.0, 3.0} and {1.0, 2.0} & shares
     mu = _values(idata, "mu")
     np.testing.assert_array_equal(np.diff(mu, axis=1) != 0, acc[:, 1:] > 0)
     assert np.all(eps <= 0.05)
@@ -412,7 +413,7 @@ def test_paper_worst_case_data_use():
         theta = pm.Flat("theta")
         pm.Normal("x", theta, 1.0, observed=x)
         barker = pms.BarkerMinibatch(batch_size=100, temperature=K, scaling=sd, tune=False,
-                                     control_variate=0)
+                                     control_variate=0, steps_per_draw=1)  # rows per test
     with pm.Model() as m_austere:
         theta = pm.Flat("theta")
         pm.Normal("x", theta, math.sqrt(K), observed=x)

@@ -72,7 +72,8 @@ reference sds, worst component; seconds = step set-up + sampling, references exc
 
 NUTS references: about 60 s (logistic), 27 s (robust_t) and 64 s (hierarchical). Whole
 file: 127 s wall with ``-n 2`` on PyMC 5.28 (the table's run; BarkerMinibatch at its
-default two transitions per draw, so its rows/step are per draw of two tests).
+default three transitions per draw, so its rows/step are per draw of three tests;
+the table was measured at two, before the default became three).
 
 Hierarchical model (non-centred, group indices): AustereMH and BarkerMinibatch take
 their control variates in predictor coordinates and propose with SurrogateHMC

@@ -27,6 +27,7 @@ from pymc_subsample.proposals import SurrogateHMC  # noqa: E402
 
 FAMILIES = {
     "bernoulli_logit": ({}, lambda eta, y: stats.bernoulli.logpmf(y, 1 / (1 + np.exp(-eta)))),
+    "bernoulli_probit": ({}, lambda eta, y: stats.bernoulli.logpmf(y, stats.norm.cdf(eta))),
     "poisson_log": ({}, lambda eta, y: stats.poisson.logpmf(y, np.exp(eta))),
     "normal": ({"sigma": 1.7}, lambda eta, y: stats.norm.logpdf(y, eta, 1.7)),
     "student_t": ({"nu": 4.0, "sigma": 0.8},
@@ -35,7 +36,7 @@ FAMILIES = {
 
 
 def _y(family, rng, n):
-    if family == "bernoulli_logit":
+    if family in ("bernoulli_logit", "bernoulli_probit"):
         return rng.integers(0, 2, n).astype(float)
     if family == "poisson_log":
         return rng.poisson(2.0, n).astype(float)

@@ -456,7 +456,7 @@ def test_whitened_bound_form_needs_auto_bounds(logit):
 def test_too_small_bounds_raise_during_sampling(logit):
     step1 = logit.step(1)
     with logit.model:
-        bad = pms.ScalableMH(order=1, bounds=step1.psi / 100.0, mode=step1.theta_hat)
+        bad = pms.ScalableMH(order=1, bounds=step1.psi / 100.0, center=step1.theta_hat)
     with pytest.raises(BoundViolationError) as err:
         _sample(logit.model, bad, draws=300, tune=100, chains=1)
     assert err.value.lam > err.value.bound
@@ -469,7 +469,7 @@ def test_unknown_bounds_name_raises(logit):
 
 def test_bounds_array_of_wrong_length_raises(logit):
     with logit.model, pytest.raises(ValueError, match="bound constants"):
-        pms.ScalableMH(order=1, bounds=np.ones(10), mode=logit.step(1).theta_hat)
+        pms.ScalableMH(order=1, bounds=np.ones(10), center=logit.step(1).theta_hat)
 
 
 @pytest.mark.parametrize("kind", ["callable", "array"])
@@ -483,7 +483,7 @@ def test_user_bounds_callable_and_array(logit, kind):
 
     arg = bounds if kind == "callable" else logit.psi(order)
     with logit.model:
-        step = pms.ScalableMH(order=order, bounds=arg, mode=logit.step(2).theta_hat)
+        step = pms.ScalableMH(order=order, bounds=arg, center=logit.step(2).theta_hat)
     if kind == "callable":
         assert calls == [order]
     np.testing.assert_array_equal(step.psi, logit.psi(order))
@@ -694,7 +694,7 @@ def test_truncation_forces_fallbacks_and_keeps_the_posterior(logit, logit_runs):
     # R at about the median Poisson rate: half the steps fall back to full-data MH
     r = float(np.median(np.asarray(sample_stats(logit_runs[1])["poisson_rate"].values)))
     with logit.model:
-        step = pms.ScalableMH(order=1, truncation=r, mode=step1.theta_hat)
+        step = pms.ScalableMH(order=1, truncation=r, center=step1.theta_hat)
     idata = _sample(logit.model, step, draws=2000, tune=500, seed=SEED + 40)
     ss = sample_stats(idata)
     fb = np.asarray(ss["fallback"].values)
@@ -710,7 +710,7 @@ def test_truncation_forces_fallbacks_and_keeps_the_posterior(logit, logit_runs):
 
 def test_tiny_truncation_is_full_data_mh(logit):
     with logit.model:
-        step = pms.ScalableMH(order=1, truncation=1e-9, mode=logit.step(1).theta_hat)
+        step = pms.ScalableMH(order=1, truncation=1e-9, center=logit.step(1).theta_hat)
     idata = _sample(logit.model, step, draws=200, tune=100, chains=1, seed=SEED + 41)
     ss = sample_stats(idata)
     assert np.all(np.asarray(ss["fallback"].values))
@@ -728,16 +728,16 @@ def test_invalid_truncation_raises(logit, bad):
 
 
 @pytest.mark.parametrize("form", ["dict", "array"])
-def test_given_mode_skips_the_optimiser(logit, monkeypatch, form):
+def test_given_center_skips_the_optimiser(logit, monkeypatch, form):
     theta = logit.step(2).theta_hat + 1e-3  # any point near the mode works
 
     def boom(*args, **kwargs):
-        raise AssertionError("the optimiser ran although mode= was given")
+        raise AssertionError("the optimiser ran although center= was given")
 
     monkeypatch.setattr(scipy.optimize, "minimize", boom)
     mode = {"a": theta[0], "b": theta[1:]} if form == "dict" else theta
     with logit.model:
-        step = pms.ScalableMH(order=2, mode=mode)
+        step = pms.ScalableMH(order=2, center=mode)
     np.testing.assert_array_equal(step.theta_hat, theta)
     idata = _sample(logit.model, step, draws=100, tune=50, chains=1, seed=SEED + 50)
     assert np.asarray(sample_stats(idata)["accepted"].values).mean() > 0.5
@@ -753,9 +753,34 @@ def test_found_mode_is_the_map(logit):
     [np.zeros(2), np.array([0.0, np.nan, 0.0]), {"a": 0.0}, {"a": 0.0, "b": np.zeros(3)}],
     ids=["short", "nan", "dict-missing", "dict-wrong-size"],
 )
-def test_invalid_mode_raises(logit, bad):
-    with logit.model, pytest.raises(ValueError, match="mode"):
-        pms.ScalableMH(order=2, mode=bad)
+def test_invalid_center_raises(logit, bad):
+    with logit.model, pytest.raises(ValueError, match="center"):
+        pms.ScalableMH(order=2, center=bad)
+
+
+def test_mode_is_refused_with_where_it_went(logit):
+    """``mode=`` was ScalableMH's centre, and is PyTensor's compile mode in PyMC's steps:
+    it is refused, saying both where the centre and the compile mode go."""
+    with logit.model, pytest.raises(TypeError, match=r"center=.*compile_kwargs"):
+        pms.ScalableMH(order=2, mode=logit.step(2).theta_hat)
+
+
+@pytest.mark.parametrize("cls", ["ScalableMH", "AustereMH", "BarkerMinibatch"])
+def test_compile_kwargs_reach_the_compiled_functions(logit, cls):
+    """``compile_kwargs`` (PyMC's convention) go to every function of the sampling loop
+    and the data passes; a wrong type is refused at construction."""
+    import pytensor
+
+    with logit.model:
+        step = getattr(pms, cls)(compile_kwargs={"mode": "FAST_COMPILE"})
+        with pytest.raises(TypeError, match="compile_kwargs must be a dict"):
+            getattr(pms, cls)(compile_kwargs="FAST_COMPILE")
+    fns = list(step.engine._compiled.values())
+    assert fns
+    fast = pytensor.compile.mode.get_mode("FAST_COMPILE")
+    assert all(type(f.maker.linker) is type(fast.linker) for f in fns)
+    idata = _sample(logit.model, step, draws=30, tune=30, chains=1, seed=SEED + 51)
+    assert np.asarray(sample_stats(idata)["accepted"].values).size == 30
 
 
 @pytest.mark.parametrize("order", [0, 3, True, "2"])

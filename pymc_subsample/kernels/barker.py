@@ -105,23 +105,22 @@ def clt_error_bound(l: np.ndarray, mean: float | None = None, sd: float | None =
         sd = float(l.std(ddof=1))
     if not sd > 0:
         return math.inf
-    d = np.abs(l - mean)
-    d *= 1.0 / sd
-    m1 = float(d.mean())
-    m3 = float(np.sum(d * d * d)) / n  # not np.dot: see _third_moment
+    m1, m3 = _abs_moments(l, mean, sd)
     return (BE_CONST_3 * m3 + BE_CONST_1 * m1) / math.sqrt(n)
 
 
-def _third_moment(l: np.ndarray, mean: float, var: float) -> float:
-    """``m3 / sqrt(n)``: the standardised third absolute moment of the batch over sqrt(n)."""
+def _abs_moments(l: np.ndarray, mean: float, sd: float) -> tuple[float, float]:
+    """``(m1, m3)``: the standardised first and third absolute moments of the batch,
+    ``m_k = (1/n) sum_i |l_i - mean|^k / sd^k``, from one pass."""
     # Plain sums, not np.dot: OpenBLAS runs 1-D dot products of more than 10^4 elements on
     # several threads, which costs milliseconds per call on a busy machine (this is called
     # once per growth step once the batch is large).
     d = np.abs(l - mean)
-    d *= 1.0 / math.sqrt(var)
+    d *= 1.0 / sd
+    m1 = float(d.sum())
     d3 = d * d
     d3 *= d
-    return float(d3.sum()) / l.size / math.sqrt(l.size)
+    return m1 / l.size, float(d3.sum()) / l.size
 
 
 def _is_int(x) -> bool:
@@ -331,7 +330,7 @@ def barker_test(
             shift = float(lt[0])
         dev = lt - shift
         s1 += float(dev.sum())
-        s2 += float(np.sum(dev * dev))  # not np.dot: see _third_moment
+        s2 += float(np.sum(dev * dev))  # not np.dot: see _abs_moments
         n += k
 
         if n >= N:  # all rows: exact Barker test, Equation (10)
@@ -352,18 +351,16 @@ def barker_test(
                 eps_lo = BE_CONST_3 * m3_lo
             if s2_delta < sigma2 and var_l > 0.0 and eps_lo <= delta:
                 mean = shift + s1 / n
+                m1, m3 = _abs_moments(buf[:n], mean, math.sqrt(var_l))
+                lemma3 = (BE_CONST_3 * m3 + BE_CONST_1 * m1) / math.sqrt(n)
                 if error == "acceptance":
-                    eps = r_max * math.sqrt(s2_delta) * _third_moment(buf[:n], mean, var_l)
+                    eps = r_max * math.sqrt(s2_delta) * m3 / math.sqrt(n)
                 else:
-                    eps = clt_error_bound(buf[:n], mean, math.sqrt(var_l))
+                    eps = lemma3
                 if eps <= delta:
                     delta_star = N * mean + o1
                     x_nc = math.sqrt(sigma2 - s2_delta) * rng.standard_normal()
                     noise = x_nc + float(corr.sample(rng))
-                    lemma3 = (
-                        clt_error_bound(buf[:n], mean, math.sqrt(var_l))
-                        if error == "acceptance" else eps
-                    )
                     return BarkerResult(bool(delta_star + noise > 0.0), n, n_batches, eps,
                                         s2_delta, False, delta_star, lemma3, noise)
         m = step

@@ -37,13 +37,15 @@ __all__ = [
     "row_max_abs",
 ]
 
-FAMILIES = ("bernoulli_logit", "student_t", "normal")
+FAMILIES = ("bernoulli_logit", "bernoulli_probit", "student_t", "normal")
 
 _ALIASES = {
     "bernoulli_logit": "bernoulli_logit",
     "logistic": "bernoulli_logit",
     "logit": "bernoulli_logit",
     "bernoulli": "bernoulli_logit",
+    "bernoulli_probit": "bernoulli_probit",
+    "probit": "bernoulli_probit",
     "student_t": "student_t",
     "studentt": "student_t",
     "t": "student_t",
@@ -60,6 +62,12 @@ _UNBOUNDED = {
 _LOGIT_SUP3 = 1.0 / (6.0 * math.sqrt(3.0))
 #: sup_x |x (x^2 - 3)| / (1 + x^2)^3, attained at x = sqrt(2) - 1.
 _T_SUP3 = (3.0 + 2.0 * math.sqrt(2.0)) / 8.0
+
+#: the peak of g''' for g = log Phi (the standard normal log cdf), a root of g'''' found
+#: by Brent's method: g''' > 0 rises on (-inf, t*] and falls on [t*, inf)
+PROBIT_PEAK3 = 1.0023693410546552
+#: sup_t |g'''(t)| = g'''(PROBIT_PEAK3) = 0.295718819193..., with a 1e-6 relative margin
+_PROBIT_SUP3 = 0.29571881919312326 * (1.0 + 1e-6)
 
 
 def _positive(name: str, value, family: str) -> float:
@@ -114,6 +122,18 @@ def glm_sup_derivative(family: str, m: int, **params) -> float:
 
         sup |f''| = 1/4,    sup |f'''| = 1 / (6 sqrt 3) ~= 0.0962250.
 
+    **Bernoulli with probit link** (``family="bernoulli_probit"``; no parameters).
+    ``f(eta) = -log Phi(s eta)`` with ``s = 2 y - 1``, so ``|f^(m)(eta)| = |g^(m)(s eta)|``
+    for ``g = log Phi``. With ``lambda = phi / Phi`` (the inverse Mills ratio, and
+    ``lambda' = -lambda (t + lambda)``): ``g'' = -lambda (t + lambda)`` and
+    ``g''' = lambda (t + lambda)(t + 2 lambda) - lambda``. ``-g''`` is the variance
+    reduction of a normal truncated above, which lies in ``(0, 1)`` and tends to 1 as
+    ``t -> -inf`` (Sampford 1953, "Some inequalities on Mill's ratio and related
+    functions"); ``g'''`` is positive with one peak, at ``t* = 1.00237`` (a root of
+    ``g''''``, found numerically; the tests check both facts on a fine grid):
+
+        sup |f''| = 1,    sup |f'''| = g'''(t*) ~= 0.2957188.
+
     **Student-t regression**, fixed ``nu > 0`` and scale ``sigma > 0``
     (``family="student_t"``). Up to constants,
     ``f(eta) = a log(1 + r^2 / c)`` with ``r = y - eta``, ``a = (nu + 1) / 2``,
@@ -143,12 +163,12 @@ def glm_sup_derivative(family: str, m: int, **params) -> float:
     Parameters
     ----------
     family : str
-        One of :data:`FAMILIES` (aliases: ``"logistic"``, ``"logit"``, ``"bernoulli"``,
+        One of :data:`FAMILIES` (aliases: ``"logistic"``, ``"logit"``, ``"bernoulli"``, ``"probit"``,
         ``"studentt"``, ``"t"``, ``"gaussian"``).
     m : int
         Derivative order, ``k + 1`` (2 or 3).
     **params
-        ``nu`` and ``sigma`` for Student-t; ``sigma`` for Normal; none for logit.
+        ``nu`` and ``sigma`` for Student-t; ``sigma`` for Normal; none for logit and probit.
 
     Returns
     -------
@@ -161,6 +181,9 @@ def glm_sup_derivative(family: str, m: int, **params) -> float:
     if fam == "bernoulli_logit":
         _check_params(fam, params, ())
         return 0.25 if m == 2 else _LOGIT_SUP3
+    if fam == "bernoulli_probit":
+        _check_params(fam, params, ())
+        return 1.0 if m == 2 else _PROBIT_SUP3
     if fam == "student_t":
         _check_params(fam, params, ("nu", "sigma"))
         nu = _positive("nu", params["nu"], fam)

@@ -24,19 +24,22 @@ Nothing here imports PyMC or PyTensor.
 from __future__ import annotations
 
 import numpy as np
-from scipy.special import expit, log_expit
+from scipy.special import expit, log_expit, log_ndtr
+
+_LOG_SQRT_2PI = 0.5 * np.log(2.0 * np.pi)
 
 __all__ = ["PREDICTOR_FAMILIES", "row_loglik", "remainder_difference", "predictor_sums"]
 
 #: families whose rows depend on the parameters through ``eta`` alone
-PREDICTOR_FAMILIES = ("bernoulli_logit", "poisson_log", "normal", "student_t")
+PREDICTOR_FAMILIES = ("bernoulli_logit", "bernoulli_probit", "poisson_log", "normal", "student_t")
 
 
 def row_loglik(family: str, eta, y, params: dict, *, derivatives: int = 2):
     """``log p(y_i | eta_i)`` up to a constant per row, and its first ``derivatives``
     derivatives in ``eta``.
 
-    Families: ``"bernoulli_logit"`` (``y`` in {0, 1}), ``"poisson_log"`` (mean
+    Families: ``"bernoulli_logit"`` and ``"bernoulli_probit"`` (``y`` in {0, 1}),
+    ``"poisson_log"`` (mean
     ``exp(eta)``), ``"normal"`` (params ``sigma``) and ``"student_t"`` (params ``nu``,
     ``sigma``), with location ``eta``. Row constants (``-log y!``, normalising terms) are
     left out: only differences in ``eta`` are used.
@@ -53,6 +56,13 @@ def row_loglik(family: str, eta, y, params: dict, *, derivatives: int = 2):
         l0 = y * log_expit(eta) + (1.0 - y) * log_expit(-eta)
         s = expit(eta)
         out = (l0, y - s, -s * (1.0 - s))
+    elif family == "bernoulli_probit":
+        # log p = log Phi(s eta), s = 2 y - 1; lambda = phi / Phi, lambda' = -lambda (t + lambda)
+        sgn = 2.0 * y - 1.0
+        t = sgn * eta
+        l0 = log_ndtr(t)
+        lam = np.exp(-0.5 * t * t - _LOG_SQRT_2PI - l0)
+        out = (l0, sgn * lam, -lam * (t + lam))
     elif family == "poisson_log":
         mu = np.exp(eta)
         out = (y * eta - mu, y - mu, -mu)

@@ -22,13 +22,15 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy.special import expit
+from scipy.special import expit, log_ndtr
+
+from .bounds import PROBIT_PEAK3
 
 from .interval import Interval
 
 __all__ = ["REGION_FAMILIES", "TWO_PARAM_FAMILIES", "local_sup", "local_sup2", "path_constant"]
 
-REGION_FAMILIES = ("bernoulli_logit", "student_t", "normal", "poisson_log")
+REGION_FAMILIES = ("bernoulli_logit", "bernoulli_probit", "student_t", "normal", "poisson_log")
 TWO_PARAM_FAMILIES = ("normal_scale", "student_t_scale", "gamma_log", "negbinomial_log")
 
 #: where |s (1 - s)(1 - 2 s)| peaks: s = 1/2 + 1/(2 sqrt 3), eta = log(2 + sqrt 3)
@@ -47,6 +49,13 @@ def _sup(g, lo, hi, critical):
     return val
 
 
+def _probit_derivatives(t):
+    """``(|g''|, g''')`` of ``g = log Phi`` at ``t`` (``lambda = phi / Phi``)."""
+    t = np.asarray(t, dtype=np.float64)
+    lam = np.exp(-0.5 * t * t - 0.5 * math.log(2.0 * math.pi) - log_ndtr(t))
+    return lam * (t + lam), lam * (t + lam) * (t + 2.0 * lam) - lam
+
+
 def local_sup(family: str, m: int, lo, hi, *, y=None, nu=None, sigma=None) -> np.ndarray:
     """``sup |f^(m)(eta)|`` over ``eta in [lo_i, hi_i]`` for each row's GLM term.
 
@@ -55,6 +64,12 @@ def local_sup(family: str, m: int, lo, hi, *, y=None, nu=None, sigma=None) -> np
     * ``"bernoulli_logit"``: ``|f''| = s (1 - s)``, peak at ``eta = 0``;
       ``|f'''| = |s (1 - s)(1 - 2 s)|``, peaks at ``eta = +-log(2 + sqrt 3)``
       (``s = sigmoid(eta)``; see :func:`pymc_subsample.kernels.bounds.glm_sup_derivative`).
+    * ``"bernoulli_probit"``: ``|f^(m)(eta)| = |g^(m)(s eta)|``, ``g = log Phi``,
+      ``s = 2 y - 1`` (:func:`pymc_subsample.kernels.bounds.glm_sup_derivative`). ``|g''|``
+      decreases in ``t``, so over both signs of ``s`` its supremum on an interval is
+      ``|g''(-max(|lo|, |hi|))|``; ``g'''`` has one peak, at ``t* = 1.00237``: the larger
+      of its suprema over ``[lo, hi]`` and ``[-hi, -lo]`` (taken at ``max(t, -8)``, where
+      the closed form is accurate: an upper bound, as ``g'''`` rises up to ``t*``).
     * ``"student_t"`` (``nu``, ``sigma`` fixed; ``y`` needed): with ``r = y - eta``,
       ``c = nu sigma^2``, ``a = (nu + 1) / 2``: ``f'' = 2 a (c - r^2) / (c + r^2)^2``,
       critical at ``r = 0, +-sqrt(3 c)``; ``f''' = 4 a r (r^2 - 3 c) / (c + r^2)^3``,
@@ -94,6 +109,13 @@ def local_sup(family: str, m: int, lo, hi, *, y=None, nu=None, sigma=None) -> np
             return s * (1.0 - s) * (1.0 - 2.0 * s)
 
         return _sup(g3, lo, hi, (-_LOGIT_PEAK3, _LOGIT_PEAK3))
+    if family == "bernoulli_probit":
+        if m == 2:
+            return _sup(lambda e: _probit_derivatives(-np.abs(e))[0], lo, hi, ())
+        # g''' rises on (-inf, t*]; below -8 its formula loses digits to cancellation, so
+        # it is read at -8 there (larger, hence still a bound: 0.004 against 0.296)
+        g3 = lambda t: _probit_derivatives(np.maximum(t, -8.0))[1]  # noqa: E731
+        return np.maximum(_sup(g3, lo, hi, (PROBIT_PEAK3,)), _sup(g3, -hi, -lo, (PROBIT_PEAK3,)))
     if family == "student_t":
         if y is None or nu is None or sigma is None:
             raise TypeError("student_t needs y, nu and sigma.")

@@ -23,7 +23,9 @@ class RowSampler:
 
     Rows already drawn are marked in a boolean mask of ``N`` bytes that is allocated
     once and cleared row by row by :meth:`restart`, so a draw of ``m`` rows costs
-    O(m log m) whatever ``N`` and however many rows were drawn before. Past half the
+    O(m log m) whatever ``N`` and however many rows were drawn before (a first batch of
+    at most ``N / 50`` rows, the usual case, is NumPy's ``Generator.choice`` without
+    replacement: Floyd's algorithm, O(m) in C). Past half the
     rows, the remaining ones are permuted once (O(N), but the test then reads O(N)
     rows anyway).
 
@@ -80,6 +82,10 @@ class RowSampler:
         if self._rest is not None:
             start = self.n_drawn - self._n_before_rest
             new = self._rest[start : start + m]
+        elif self.n_drawn == 0 and self.n_total > 10_000 and m <= self.n_total // 50:
+            # a first batch that is small against N: NumPy's own sampling without
+            # replacement (Floyd's algorithm, in random order), O(m) and in C
+            new = self.rng.choice(self.n_total, size=m, replace=False)
         else:
             new = self._draw_rejection(m)
         self._mask[new] = True

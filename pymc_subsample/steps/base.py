@@ -168,6 +168,7 @@ class SubsampleStep(ArrayStepShared):
         proposal_kwargs=None,
         init="laplace",
         steps_per_draw=1,
+        compile_kwargs=None,
     ):
         if init not in ("laplace", "model"):
             raise ValueError(f"init must be 'laplace' or 'model', got {init!r}.")
@@ -193,7 +194,7 @@ class SubsampleStep(ArrayStepShared):
         vars = get_value_vars_from_user_vars(vars, model)
         self._check_continuous(vars, model)
         shared = make_shared_replacements(initial_point, vars, model)
-        self.engine = LikelihoodEngine(model, vars, shared)
+        self.engine = LikelihoodEngine(model, vars, shared, compile_kwargs=compile_kwargs)
         self.n_rows = self.engine.n_rows
         self.ndim = self.engine.ndim
         self.adapt = bool(tune)
@@ -329,6 +330,43 @@ class SubsampleStep(ArrayStepShared):
         self._warned.add(key)
         self._pending.append(SamplerWarning(kind, f"{type(self).__name__}: {message}", "warn"))
 
+    # ------------------------------------------------------------------ progress bar
+    #: progress-bar columns: (sample stat, field, header, format of its running mean)
+    PROGRESS_COLUMNS = (
+        ("data_used", "pms_rows", "Rows/draw", "{:,.0f}"),
+        ("accepted", "pms_accept", "Accept", "{:.2f}"),
+    )
+
+    @classmethod
+    def _progressbar_config(cls, n_chains=1):
+        """PyMC's progress-bar hook: one column per entry of ``PROGRESS_COLUMNS``."""
+        from rich.progress import TextColumn
+        from rich.table import Column
+
+        columns = [
+            TextColumn(f"{{task.fields[{field}]}}", table_column=Column(header, ratio=1))
+            for _, field, header, _ in cls.PROGRESS_COLUMNS
+        ]
+        return columns, {field: ["-"] * n_chains for _, field, _, _ in cls.PROGRESS_COLUMNS}
+
+    @classmethod
+    def _make_progressbar_update_functions(cls):
+        """PyMC's progress-bar hook: the running means of the columns' stats over the
+        draws so far. PyMC passes a draw's stats without its chain, so the means pool the
+        chains (which run the same kernel); tuning draws count too."""
+        totals = {stat: 0.0 for stat, *_ in cls.PROGRESS_COLUMNS}
+        count = [0]
+
+        def update_stats(step_stats):
+            count[0] += 1
+            out = {}
+            for stat, field, _, fmt in cls.PROGRESS_COLUMNS:
+                totals[stat] += float(step_stats.get(stat, 0.0))
+                out[field] = fmt.format(totals[stat] / count[0])
+            return out
+
+        return (update_stats,)
+
     @staticmethod
     def competence(var, has_grad):
         # Never chosen automatically: users opt in with step=...
@@ -361,6 +399,9 @@ class SubsampleStep(ArrayStepShared):
                 q0 = RaveledVars(self._laplace_mean + self._laplace_chol @ z, q0.point_map_info)
         q = q0.data
         transitions = []
+        # the log prior of the current state, reused by the draw's transitions (other
+        # steps of a CompoundStep may change the variables it depends on between draws)
+        self._prior_now = None
         for _ in range(self.steps_per_draw):
             q, stats = self._transition(q)
             transitions.append(stats)
@@ -380,7 +421,9 @@ class SubsampleStep(ArrayStepShared):
         if not np.all(np.isfinite(q_prop)) or np.isnan(log_qratio) or log_qratio == -np.inf:
             accepted = False
         else:
-            prior_q = self.engine.prior(q)
+            if self._prior_now is None or self._prior_now[0] is not q:
+                self._prior_now = (q, self.engine.prior(q))
+            prior_q = self._prior_now[1]
             prior_p = self.engine.prior(q_prop)
             log_prior_ratio = prior_p - prior_q
             if np.isnan(log_prior_ratio) or prior_p == -np.inf:
@@ -388,6 +431,8 @@ class SubsampleStep(ArrayStepShared):
             else:
                 accepted, extra = self._decide(q, q_prop, log_prior_ratio, log_qratio)
                 stats.update(extra)
+                if accepted:
+                    self._prior_now = (q_prop, prior_p)
         if self.tune and self.adapt and hasattr(self.proposal, "tune"):
             self.proposal.tune(self._tune_signal(accepted), q=q_prop if accepted else q)
         stats["accepted"] = float(bool(accepted))
@@ -548,6 +593,7 @@ class GrowingBatchStep(SubsampleStep):
         self.is_table = None
         if self.cv_order == 0:
             self.center = self.proxy = None
+            self.engine.compile("ll_diff")  # the per-step function, compiled before forking
             return super()._setup_proposal(scaling)
         eng = self.engine
         if self._center_arg is None:
@@ -574,6 +620,8 @@ class GrowingBatchStep(SubsampleStep):
         self._attach_proposal(scaling)
         if self.cv == "saga" or self.sampling == "importance":
             self._setup_row_terms()
+        if self.cv in (1, 2) and self._vmap is None:
+            eng.compile(f"cv{self.cv}")  # the per-step function, compiled before forking
 
     #: largest memory, in bytes, for SAGA's stored per-row gradients (two copies)
     SAGA_MEMORY = 4 * 2**30

@@ -29,7 +29,7 @@ class ScalableMH(SubsampleStep):
 
     Set-up, once per step object: the posterior mode ``theta_hat`` and the sums of per-row
     gradients and Hessians there (Newton's method with the exact Hessian, one chunked
-    pass per iteration, :func:`pymc_subsample.center.find_center`; or ``mode=``), the
+    pass per iteration, :func:`pymc_subsample.center.find_center`; or ``center=``), the
     per-row bound constants ``psi_i``, and Walker's alias table over ``psi``. The Taylor
     control variates are the shared ones of
     :mod:`pymc_subsample.kernels.control_variates`. A step then:
@@ -67,9 +67,11 @@ class ScalableMH(SubsampleStep):
         standard deviation for ``proposal="random_walk"``. Tuned during tuning.
     truncation : float, optional
         ``R``: use the exact full-data test when ``phi * Psi >= R``. Default ``N``.
-    mode : dict or array, optional
+    center : dict or array, optional
         ``theta_hat``: a point dict (as from ``pm.find_MAP``) or the raveled vector in
-        the step's unconstrained space. Default: found by Newton's method.
+        the step's unconstrained space. Default: the posterior mode, found by Newton's
+        method. (Named ``center``, as in AustereMH and BarkerMinibatch: ``mode`` is
+        PyTensor's compile mode, which goes in ``compile_kwargs``.)
     bounds : "auto", callable or array, default "auto"
         Per-row constants ``psi_i`` bounding the (k+1)-th derivatives of
         ``-log p(x_i | q)``. ``"auto"`` recognises GLMs (see
@@ -138,6 +140,11 @@ class ScalableMH(SubsampleStep):
         "poisson_rate": (np.float64, []),
         "fallback": (bool, []),
     }
+    PROGRESS_COLUMNS = (
+        ("data_used", "pms_rows", "Rows/draw", "{:,.2f}"),
+        ("accepted", "pms_accept", "Accept", "{:.2f}"),
+        ("fallback", "pms_fallback", "Fallback", "{:.3f}"),
+    )
 
     def __init__(
         self,
@@ -148,7 +155,7 @@ class ScalableMH(SubsampleStep):
         rho=None,
         scaling=None,
         truncation=None,
-        mode=None,
+        center=None,
         bounds="auto",
         bound_form=None,
         region="auto",
@@ -164,7 +171,13 @@ class ScalableMH(SubsampleStep):
             if not isinstance(truncation, numbers.Real) or not truncation > 0:
                 raise ValueError(f"truncation must be a positive number, got {truncation!r}.")
         self._truncation_arg = truncation
-        self._mode_arg = mode
+        if "mode" in kwargs:
+            raise TypeError(
+                "ScalableMH takes its centre theta_hat as center= (it was mode=). For "
+                "PyTensor's compile mode pass compile_kwargs={'mode': ...}, as with PyMC's "
+                "own step methods."
+            )
+        self._center_arg = center
         self._bounds_arg = bounds
         auto = isinstance(bounds, str)
         if bound_form is None:
@@ -222,10 +235,10 @@ class ScalableMH(SubsampleStep):
         # cheap checks first, before the mode search and the data pass
         self._check_likelihood_vars()
         self._glm_spec = self._check_bounds_arg()
-        if self._mode_arg is None:
+        if self._center_arg is None:
             self.center = find_center(eng)
         else:
-            self.center = center_at(eng, parse_point(self._mode_arg, eng, "mode"))
+            self.center = center_at(eng, parse_point(self._center_arg, eng, "center"))
         self.theta_hat = self.center.theta
         self.proxy = self.center.proxy(self.order)
         gauss_mean, cov = self.center.laplace()
