@@ -17,6 +17,9 @@ Everything is expressed in the step's raveled, unconstrained space (the ``q`` ve
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
+
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -653,6 +656,31 @@ class LikelihoodEngine:
             out.append(np.asarray(np.take(arr, rows, axis=0), dtype=r.batch_input.type.dtype))
         return out
 
+    #: rows read by :meth:`data_fingerprint` (evenly spread; all rows when N is smaller)
+    FINGERPRINT_ROWS = 65536
+
+    def data_fingerprint(self) -> tuple:
+        """A cheap summary of the row-indexed data's current values: per array its shape,
+        dtype and a digest of ``FINGERPRINT_ROWS`` evenly spread rows (O(1) in N).
+
+        Steps keep the one of their construction, to notice a later ``pm.set_data`` (their
+        control-variate sums, bounds and Laplace fit were computed on the old values).
+        """
+        n = self.n_rows
+        rows = np.unique(np.linspace(0, n - 1, min(n, self.FINGERPRINT_ROWS)).astype(np.int64))
+        out = []
+        for r in self.rows:
+            arr = r.array()
+            part = np.ascontiguousarray(np.take(arr, rows, axis=0)) if arr.shape[:1] == (n,) \
+                else np.ascontiguousarray(arr)
+            digest = hashlib.blake2b(part.tobytes(), digest_size=16).hexdigest()
+            out.append((r.name, tuple(arr.shape), str(arr.dtype), digest))
+        return tuple(out)
+
+    def data_arrays(self) -> list[np.ndarray]:
+        """The row-indexed data arrays as they are now (no copies)."""
+        return [r.array() for r in self.rows]
+
     def gather_slice(self, start: int, stop: int) -> list[np.ndarray]:
         """The data of rows ``start:stop`` (views for in-memory and memmap arrays)."""
         out = []
@@ -777,12 +805,54 @@ class LikelihoodEngine:
             return np.empty(0), np.empty((0, d)), np.empty((0, d, d))
         return tuple(np.concatenate(a) for a in out)
 
-    def _chunks(self, chunk):
+    #: passes over at least this many rows show a progress bar during a step's set-up
+    PROGRESS_ROWS = 5_000_000
+
+    @contextlib.contextmanager
+    def showing_progress(self, enabled=None, label="set-up"):
+        """Within the block, each full pass over the rows (mode search, sums, bounds)
+        shows a progress bar: ``enabled=None`` for passes over ``PROGRESS_ROWS`` rows or
+        more, True / False to force it. The bars are removed when the block ends."""
+        show = self.n_rows >= self.PROGRESS_ROWS if enabled is None else bool(enabled)
+        if not show:
+            yield
+            return
+        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+        columns = (TextColumn("{task.description}"), BarColumn(),
+                   TextColumn("{task.completed:,} / {task.total:,} rows"), TimeElapsedColumn())
+        with Progress(*columns, transient=True) as bar:
+            self._bar, self._bar_label, self._bar_passes = bar, label, 0
+            try:
+                yield
+            finally:
+                self._bar = None
+
+    _bar = None
+
+    def row_ranges(self, chunk):
+        """``(start, stop)`` of consecutive chunks covering all rows: one pass over the
+        data, shown on the progress bar of :meth:`showing_progress` when one is active."""
         chunk = int(chunk)
         if chunk < 1:
             raise ValueError(f"chunk must be a positive number of rows, got {chunk}.")
-        for s in range(0, self.n_rows, chunk):
-            yield self.gather_slice(s, min(s + chunk, self.n_rows))
+        n, bar = self.n_rows, self._bar
+        task = None
+        if bar is not None:
+            self._bar_passes += 1
+            task = bar.add_task(f"{self._bar_label}: pass {self._bar_passes} over the data",
+                                total=n)
+        for s in range(0, n, chunk):
+            e = min(s + chunk, n)
+            yield s, e
+            if task is not None:
+                bar.update(task, completed=e)
+        if task is not None:
+            bar.remove_task(task)
+
+    def _chunks(self, chunk):
+        for s, e in self.row_ranges(chunk):
+            yield self.gather_slice(s, e)
 
     def full_loglik(self, q, *, chunk: int = _DEFAULT_CHUNK) -> float:
         """Sum of all N rows' log-likelihood, in chunks (bounded memory)."""

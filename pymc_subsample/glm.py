@@ -317,8 +317,7 @@ def _two_param_psi(engine, spec, order, q_hat, chunk, whiten, radius):
     n, d = engine.n_rows, engine.ndim
     eye = np.eye(d)
     psi = np.empty(n)
-    for start in range(0, n, chunk):
-        stop = min(start + chunk, n)
+    for start, stop in engine.row_ranges(chunk):
         data = engine.gather_slice(start, stop)
         e0, s0, y = values(q_hat, data)
         moved = [values(q_hat + eye[j], data) for j in range(d)]
@@ -397,8 +396,7 @@ def glm_psi(engine, spec: GLMSpec, order: int, q_hat, *, chunk: int = 65536,
     y_fn = None
     if radius is not None and spec.family == "student_t":
         y_fn = engine.compile_batch([engine.model[spec.observed]])
-    for s in range(0, n, chunk):
-        e = min(s + chunk, n)
+    for s, e in engine.row_ranges(chunk):
         data = engine.gather_slice(s, e)
         base = eta(q_hat, data)
         J = np.column_stack([eta(q_hat + eye[j], data) - base for j in range(d)])

@@ -229,8 +229,7 @@ class PredictorMap:
         grad = np.zeros(p)
         hess = np.zeros((p, p)) if order == 2 else None
         psi = np.empty(eng.n_rows)
-        for start in range(0, eng.n_rows, chunk):
-            stop = min(start + chunk, eng.n_rows)
+        for start, stop in eng.row_ranges(chunk):
             data = eng.gather_slice(start, stop)
             base = self.eta(v_hat, data)
             J = np.column_stack([self.eta(v_hat + eye[j], data) - base for j in range(p)])

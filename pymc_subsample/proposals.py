@@ -43,6 +43,7 @@ This module imports only NumPy and SciPy.
 
 from __future__ import annotations
 
+import copy
 import difflib
 import inspect
 import math
@@ -272,6 +273,9 @@ class Proposal(ABC):
     """
 
     symmetric: bool = False
+    #: the attributes that ``_reset_state`` re-creates and tuning changes (besides
+    #: ``tuning`` and the step-size adapter): the chain state of :meth:`get_state`
+    _state_attrs: tuple[str, ...] = ()
 
     def __init__(self, *, adapt: bool = True, target_accept: float = 0.234,
                  adapt_gain: float = 1.0, adapt_t0: float = 10.0, adapt_kappa: float = 0.6):
@@ -328,6 +332,17 @@ class Proposal(ABC):
         self._require_setup()
         self.tuning = True
         self._reset_state()
+
+    def get_state(self) -> dict:
+        """A copy of the chain state (tuning flag, adaptation counters, tuned sizes and
+        covariances), for the step's ``sampling_state``."""
+        names = ("tuning", "_adapter", *self._state_attrs)
+        return {k: copy.deepcopy(getattr(self, k)) for k in names if hasattr(self, k)}
+
+    def set_state(self, state: dict) -> None:
+        """Restore a chain state from :meth:`get_state`."""
+        for k, v in state.items():
+            setattr(self, k, copy.deepcopy(v))
 
     def tune(self, accepted: Any, q: np.ndarray | None = None) -> None:
         """Adapt after one tuning step (no-op after :meth:`stop_tuning`).
@@ -539,6 +554,8 @@ class RandomWalk(Proposal):
         if cov is not None and self._user_scaling is None and scaling is None:
             f = _CovFactor(cov, ndim, "cov")
             self._cov_L0 = np.diag(f.sd) if f.diagonal else f.L
+
+    _state_attrs = ("_mult", "_sd", "_cov_L", "_L_scaled", "_window", "_warned_no_q")
 
     def _reset_state(self):
         self._adapter.start(0.0, -40.0, self._log_max_up)
@@ -773,6 +790,8 @@ class Langevin(Proposal):
             h0 = (0.1 * _RW_OPTIMAL / math.sqrt(ndim)) ** 2
         self._h0 = h0
 
+    _state_attrs = ("_h", "_sqrt_h", "_half_h", "_half_sqrt_h")
+
     def _reset_state(self):
         self._adapter.start(math.log(self._h0), math.log(self._h0) - 60.0, math.log(self._h0) + 60.0)
         self._set_h(self._h0)
@@ -893,6 +912,8 @@ class PreconditionedRandomWalk(Proposal):
         self._factor = _CovFactor(cov, ndim, "cov")
         self._l0 = _start_value(self._user_l, scaling, "scaling (PreconditionedRandomWalk l)",
                                 _RW_OPTIMAL)
+
+    _state_attrs = ("_l", "_sd_scaled", "_L_scaled")
 
     def _reset_state(self):
         x0 = math.log(self._l0)
@@ -1026,6 +1047,8 @@ class PCN(Proposal):
         if b0 > 1.0:  # only a step's scaling can be: the user's rho gives beta <= 1
             raise ValueError(f"PCN scaling = sqrt(1 - rho) must be in (0, 1], got {b0}.")
         self._beta0 = b0
+
+    _state_attrs = ("_beta", "_a")
 
     def _reset_state(self):
         self._adapter.start(math.log(self._beta0), self._LOG_BETA_MIN, self._LOG_BETA_MAX)
@@ -1161,6 +1184,8 @@ class UserProposal(Proposal):
             if not var_kw:
                 kwargs = {k: v for k, v in kwargs.items() if k in names}
             hook(ndim, **kwargs)
+
+    _state_attrs = ("_checked",)
 
     def _reset_state(self):
         """Forward to ``obj.reset`` if present and re-validate the next draw."""
@@ -1337,6 +1362,8 @@ class SurrogateHMC(Proposal):
     def _restart_adapter(self, h):
         """Robbins-Monro on ``log h`` from ``h``, within ``[1e-4, path_length]``."""
         self._adapter.start(math.log(h), math.log(1e-4), math.log(self.path_length))
+
+    _state_attrs = ("_h", "_cache", "_mass", "_window", "_next_mass")
 
     def _reset_state(self):
         self._restart_adapter(self._h0)

@@ -1,4 +1,5 @@
-"""PyMC conventions of the three steps: progress-bar columns and compile options.
+"""PyMC conventions of the three steps: progress-bar columns, and pm.set_data after a
+step was built.
 
 What a PyMC user expects from a step method besides its draws: the progress bar shows
 step-specific columns (rows read per draw, acceptance and, for ScalableMH, the share of
@@ -66,3 +67,117 @@ def test_sampling_with_the_progress_bar_on(model, name, progressbar):
     idata = run_sample(model, compound, draws=20, tune=10, chains=1, seed=4,
                        progressbar=progressbar)
     assert sample_stats(idata)["data_used"].shape[:2] == (1, 20)
+
+
+@pytest.fixture
+def data_model():
+    rng = np.random.default_rng(8)
+    x = rng.normal(size=2000)
+    y = (rng.random(2000) < 1 / (1 + np.exp(-(0.3 + 0.8 * x)))).astype(int)
+    with pm.Model() as m:
+        xd = pm.Data("x", x)
+        a = pm.Normal("a", 0, 2)
+        b = pm.Normal("b", 0, 2)
+        pm.Bernoulli("y", logit_p=a + b * xd, observed=y)
+    return m
+
+
+@pytest.mark.parametrize("name", METHODS)
+def test_set_data_after_construction_is_refused(data_model, name):
+    """A step whose sums, bounds and Gaussian fit come from the data refuses to sample
+    after ``pm.set_data`` changed it (same N, new values), naming the data; before the
+    change it samples. Never silently with stale control-variate sums."""
+    with data_model:
+        step = getattr(pms, name)()
+    idata = run_sample(data_model, step, draws=10, tune=10, chains=1, seed=1)
+    assert sample_stats(idata)["data_used"].shape == (1, 10)
+    x_old = np.asarray(data_model["x"].get_value())
+    with data_model:
+        pm.set_data({"x": x_old * 1.5})
+    try:
+        with pytest.raises(ValueError, match=r"data 'x' changed since this step was built"):
+            run_sample(data_model, step, draws=10, tune=10, chains=1, seed=1)
+    finally:
+        with data_model:
+            pm.set_data({"x": x_old})
+
+
+def test_steps_without_data_sums_follow_set_data(data_model):
+    """Without control variates the test reads the live data: set_data is followed."""
+    with data_model:
+        step = pms.AustereMH(control_variate=0)
+        pm.set_data({"x": np.asarray(data_model["x"].get_value()) * 1.5})
+    idata = run_sample(data_model, step, draws=10, tune=10, chains=1, seed=1)
+    assert sample_stats(idata)["data_used"].shape == (1, 10)
+
+
+def test_an_unpickled_step_compares_the_data_digest(data_model):
+    """Under mp_ctx="spawn" / "forkserver" PyMC pickles the step: the worker's copy has
+    no object identities to compare, and checks a digest of the data instead."""
+    import cloudpickle
+
+    with data_model:
+        step = pms.BarkerMinibatch()
+    copy = cloudpickle.loads(cloudpickle.dumps(step))
+    copy.set_rng(np.random.default_rng(0))  # unchanged data: fine
+    model = copy.engine.model
+    with model:
+        pm.set_data({"x": np.asarray(model["x"].get_value()) * 1.5})
+    with pytest.raises(ValueError, match="pm.set_data"):
+        copy.set_rng(np.random.default_rng(0))
+
+
+def test_set_up_passes_show_a_progress_bar_on_request(model):
+    """``progressbar=True`` shows one bar per pass over the data during set-up (by default
+    only from 5,000,000 rows); the passes' chunks still cover every row once."""
+    with model:
+        step = pms.AustereMH(progressbar=True)
+    eng = step.engine
+    assert eng._bar is None  # removed with the set-up
+    with eng.showing_progress(True, label="test"):
+        ranges = list(eng.row_ranges(700))
+        list(eng.row_ranges(5000))
+        assert eng._bar_passes == 2
+    assert ranges[0][0] == 0 and ranges[-1][1] == eng.n_rows
+    assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:]))
+    with eng.showing_progress(None):  # 3,000 rows: below the default threshold
+        assert eng._bar is None
+
+
+def _chain(step, point, k=80, stop_at=40):
+    draws = []
+    for i in range(k):
+        if i == stop_at:
+            step.stop_tuning()
+        point, _ = step.step(point)
+        draws.append(np.concatenate([np.ravel(point[v.name]) for v in step.vars]))
+    return np.array(draws)
+
+
+@pytest.mark.parametrize("name", METHODS)
+def test_sampling_state_carries_the_tuning_state(model, name):
+    """PyMC's ``sampling_state`` holds the step's whole chain state: a freshly built step
+    given the state of one tuned for 150 steps continues that chain draw for draw (through
+    more tuning and its end); a fresh step without it does not. The state is a
+    ``SubsampleStepState`` with the proposal's tuned values."""
+    cls = getattr(pms, name)
+    with model:
+        step = cls(vars=[model["a"], model["b"]])
+    step.set_rng(np.random.default_rng(1))
+    point = model.initial_point()
+    for _ in range(150):
+        point, _ = step.step(point)
+    state = step.sampling_state
+    assert type(state).__name__ == "SubsampleStepState" and state.proposal_state
+    expected = _chain(step, dict(point))
+    with model:
+        fresh = cls(vars=[model["a"], model["b"]])
+        other = cls(vars=[model["a"], model["b"]])
+    fresh.set_rng(np.random.default_rng(5))
+    fresh.sampling_state = state
+    np.testing.assert_array_equal(_chain(fresh, dict(point)), expected)
+    other.set_rng(np.random.default_rng(5))
+    rng_only = other.sampling_state
+    rng_only.rng = state.rng  # the same randomness, but the untuned proposal
+    other.sampling_state = rng_only
+    assert not np.array_equal(_chain(other, dict(point)), expected)

@@ -10,9 +10,11 @@ and randomness (PyMC 5 ``set_rng`` and PyMC 6 ``setup_chain``), and the sample s
 
 from __future__ import annotations
 
+import copy
 import math
 import numbers
 import warnings
+import weakref
 from abc import abstractmethod
 import numpy as np
 
@@ -20,7 +22,8 @@ import pymc as pm
 from pymc.blocking import RaveledVars
 from pymc.pytensorf import make_shared_replacements
 from pymc.step_methods.arraystep import ArrayStepShared
-from pymc.step_methods.compound import Competence
+from pymc.step_methods.compound import Competence, StepMethodState
+from pymc.step_methods.state import dataclass_state
 from pymc.stats.convergence import SamplerWarning, WarningType
 from pymc.util import get_random_generator, get_value_vars_from_user_vars
 
@@ -113,6 +116,17 @@ def _summarise(transitions: list[dict]) -> dict:
     return out
 
 
+@dataclass_state
+class SubsampleStepState(StepMethodState):
+    """What a chain of a subsampling step changes, for PyMC's ``sampling_state``: the
+    tuning flag, the proposal's tuned state and the step's per-chain attributes
+    (``CHAIN_ATTRS``: warnings issued, control-variate checks, a re-centred centre)."""
+
+    tune: bool
+    proposal_state: dict
+    chain_state: dict
+
+
 class SubsampleStep(ArrayStepShared):
     """Base class of the subsampling Metropolis-Hastings step methods.
 
@@ -143,10 +157,19 @@ class SubsampleStep(ArrayStepShared):
         accepted, ``data_used`` and ``n_batches`` are totals, error bounds and
         variances are the largest, flags are true if any transition set them, and
         ``scaling`` is the last.
+    compile_kwargs : dict, optional
+        Keyword arguments of ``pytensor.function`` for the functions of the sampling loop
+        and the data passes (as PyMC's own steps take them), e.g. ``{"mode": ...}``.
+    progressbar : bool, optional
+        Show a progress bar on the set-up's passes over the data (mode search, sums,
+        bounds). Default: for data of 5,000,000 rows or more.
     """
 
     name = "subsample"
     default_blocked = True
+    _state_class = SubsampleStepState
+    #: per-chain attributes of :attr:`chain_state` (what ``_reset_chain`` re-creates)
+    CHAIN_ATTRS: tuple[str, ...] = ("_warned", "_pending", "_start_pending")
     stats_dtypes_shapes = dict(BASE_STATS)
     default_proposal = "random_walk"
     loglik_weight = 1.0  # 1 / temperature for tempered targets (used by default_scaling)
@@ -169,6 +192,7 @@ class SubsampleStep(ArrayStepShared):
         init="laplace",
         steps_per_draw=1,
         compile_kwargs=None,
+        progressbar=None,
     ):
         if init not in ("laplace", "model"):
             raise ValueError(f"init must be 'laplace' or 'model', got {init!r}.")
@@ -204,7 +228,9 @@ class SubsampleStep(ArrayStepShared):
         self.user_scaling = scaling
         self._proposal_kwargs = dict(proposal_kwargs or {})
         self.proposal = self._choose_proposal(proposal, scaling)
-        self._setup_proposal(scaling)
+        with self.engine.showing_progress(progressbar, label=type(self).__name__):
+            self._setup_proposal(scaling)
+        self._remember_data()
         super().__init__(vars, shared, blocked=blocked, rng=rng)
         self._reset_chain()
 
@@ -292,9 +318,73 @@ class SubsampleStep(ArrayStepShared):
         _, g_ll = self.engine.loglik_sum_grad(q, rows)
         return g_prior + (self.n_rows / len(rows)) * g_ll
 
+    # ------------------------------------------------------------------ stale data
+    #: whether the step keeps sums, bounds or fits computed from the data at construction
+    #: (then a later pm.set_data must be refused, not sampled with stale sums)
+    keeps_data_sums = True
+
+    def _remember_data(self):
+        """Record what the data looked like when the step's sums were computed."""
+        self._data_fingerprint = self.engine.data_fingerprint()
+        self._data_refs = [weakref.ref(a) for a in self.engine.data_arrays()]
+
+    def _check_data_unchanged(self):
+        """Refuse to sample when the data changed (``pm.set_data``) since construction.
+
+        In the process that built the step, any replaced data array counts as a change
+        (``pm.set_data`` always installs a new array, even with equal values); in a
+        worker that unpickled the step (``mp_ctx="spawn"`` / ``"forkserver"``) identities
+        are lost, and the shapes and a digest of 65,536 evenly spread rows are compared.
+        """
+        if not self.keeps_data_sums:
+            return
+        refs = getattr(self, "_data_refs", None)
+        arrays = self.engine.data_arrays()
+        if refs is not None and len(refs) == len(arrays):
+            changed = [r.name for r, ref, a in zip(self.engine.rows, refs, arrays)
+                       if ref() is not a]
+        else:
+            now = self.engine.data_fingerprint()
+            changed = [old[0] for old, new in zip(self._data_fingerprint, now) if old != new]
+        if changed:
+            raise ValueError(
+                f"{type(self).__name__}: {', '.join(changed)} changed since this step was "
+                "built (pm.set_data?). Its control-variate sums, "
+                "bounds and Gaussian fit were computed on the old values and would sample the "
+                "wrong posterior: build the step again after pm.set_data."
+            )
+
+    # ------------------------------------------------------------------ sampling_state
+    @property
+    def proposal_state(self) -> dict:
+        """The proposal's chain state (:meth:`~pymc_subsample.proposals.Proposal.get_state`)."""
+        get = getattr(self.proposal, "get_state", None)
+        return get() if get is not None else {}
+
+    @proposal_state.setter
+    def proposal_state(self, state: dict) -> None:
+        if state:
+            self.proposal.set_state(state)
+
+    @property
+    def chain_state(self) -> dict:
+        """The step's per-chain attributes (``CHAIN_ATTRS``), copied."""
+        return {k: copy.deepcopy(getattr(self, k)) for k in self.CHAIN_ATTRS if hasattr(self, k)}
+
+    @chain_state.setter
+    def chain_state(self, state: dict) -> None:
+        for k, v in state.items():
+            setattr(self, k, copy.deepcopy(v))
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state["_data_refs"] = None  # weak references do not pickle; the digest remains
+        return state
+
     # ------------------------------------------------------------------ per-chain state
     def _reset_chain(self):
         """Reset everything a chain changes (proposal tuning, warnings issued)."""
+        self._check_data_unchanged()
         if hasattr(self.proposal, "reset"):
             self.proposal.reset()
         self._warned = set()
@@ -505,6 +595,10 @@ class GrowingBatchStep(SubsampleStep):
     DEFAULT_PROPOSALS = {0: "random_walk", 1: "preconditioned", 2: "pcn"}
     #: steps between verdicts of the variance check while tuning
     CV_WINDOW = 100
+    CHAIN_ATTRS = SubsampleStep.CHAIN_ATTRS + (
+        "cv_active", "_vcheck", "_cv_verdict", "_cv_ratio", "_n_steps", "center", "proxy",
+        "_mean_n", "_mean_q", "_rows_tuning", "_first_prob",
+    )
 
     def __init__(
         self,
@@ -548,6 +642,12 @@ class GrowingBatchStep(SubsampleStep):
         self.sampling = sampling
         super().__init__(vars, **kwargs)
         self._set_batches(batch_size, batch_increment)
+
+    @property
+    def keeps_data_sums(self) -> bool:
+        """A centre (control variates, stored gradients or importance weights) and the
+        Laplace fit come from the data; without them the test reads the live data."""
+        return bool(self.cv_order)
 
     def _set_batches(self, batch_size, batch_increment):
         """Validate and store the batch sizes (``batch_increment=None``: same as

@@ -140,6 +140,7 @@ class ScalableMH(SubsampleStep):
         "poisson_rate": (np.float64, []),
         "fallback": (bool, []),
     }
+    CHAIN_ATTRS = SubsampleStep.CHAIN_ATTRS + ("_first_prob",)
     PROGRESS_COLUMNS = (
         ("data_used", "pms_rows", "Rows/draw", "{:,.2f}"),
         ("accepted", "pms_accept", "Accept", "{:.2f}"),
