@@ -31,7 +31,7 @@ Set-up shared by all runs, so that they differ only in the accept/reject test:
 
 Printed per method (post-tuning draws only): draws, mean rows read per draw
 (``data_used``; 10 N for Metropolis), acceptance rate, ESS (mean over the 10 coefficients;
-Geyer's initial monotone sequence), ESS per second, ESS per 10^6 rows read, the ratios of
+ArviZ's ``ess(method="mean")``), ESS per second, ESS per 10^6 rows read, the ratios of
 the last two to Metropolis's, and the final risk.
 
 Risk (the paper's Fig. 2, where it is the risk of the predictive mean): the squared error
@@ -62,6 +62,8 @@ D = 10
 EPSILONS = (0.0, 0.01, 0.05, 0.1, 0.2)
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(HERE))
+from _common import ess, group  # noqa: E402
 
 
 def laplace(X, y, prior_sd=1.0, chunk=200_000, tol=1e-10):
@@ -80,21 +82,6 @@ def laplace(X, y, prior_sd=1.0, chunk=200_000, tol=1e-10):
         if np.max(np.abs(step)) < tol:
             break
     return b, np.linalg.inv(-H)
-
-
-def ess(x):
-    """Effective sample size of a 1-D chain (:func:`pymc_subsample.diagnostics.geyer_ess`)."""
-    from pymc_subsample.diagnostics import geyer_ess
-
-    return geyer_ess(x)
-
-
-def group(idata, name):
-    """A group of PyMC 5's InferenceData or PyMC 6's DataTree as an xarray Dataset."""
-    if hasattr(idata, "to_dataset") or not hasattr(idata, name):
-        node = idata[name]
-        return node.to_dataset() if hasattr(node, "to_dataset") else node
-    return getattr(idata, name)
 
 
 def run(model, step, *, tune, budget, start, seed, max_draws, min_draws=10):

@@ -50,25 +50,17 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from _common import ess as _ess  # noqa: E402
+from _common import group  # noqa: E402,F401
 
 OUTPUT = ROOT / "benchmarks" / "output"
 
 
 # ---------------------------------------------------------------------------- utilities
-def group(idata, name):
-    """A group of PyMC 5's ``InferenceData`` or PyMC 6's ``DataTree`` as a Dataset."""
-    if hasattr(idata, "to_dataset") or not hasattr(idata, name):
-        node = idata[name]
-        return node.to_dataset() if hasattr(node, "to_dataset") else node
-    return getattr(idata, name)
-
-
 def ess(x):
-    """Effective sample size of ``x`` (chains, draws), NaN for a constant chain
-    (:func:`pymc_subsample.diagnostics.geyer_ess`)."""
-    from pymc_subsample.diagnostics import geyer_ess
-
-    return geyer_ess(x, constant=float("nan"))
+    """Effective sample size of ``x`` (chains, draws), NaN for a constant chain."""
+    return _ess(x, constant=float("nan"))
 
 
 def make_tempered_austere():

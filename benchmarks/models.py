@@ -143,56 +143,19 @@ class Reference:
         return "\n".join(lines)
 
 
-def _autocov(x):
-    """Biased autocovariance of each row of ``x`` (chains, draws) by FFT."""
-    m, n = x.shape
-    nfft = 1 << int(np.ceil(np.log2(2 * n)))
-    xc = x - x.mean(axis=1, keepdims=True)
-    f = np.fft.rfft(xc, n=nfft, axis=1)
-    return np.fft.irfft(f * np.conj(f), n=nfft, axis=1)[:, :n] / n
-
-
 def ess_mean(x) -> float:
-    """Effective sample size of the mean of ``x`` (chains, draws): the multi-chain
-    estimator of Vehtari, Gelman, Simpson, Carpenter & Buerkner (2021), eq. 10-11, with
-    Geyer's initial monotone sequence (the ``ess_mean`` of Stan / ArviZ, without rank
-    normalisation). Written here so the result does not depend on the ArviZ version."""
+    """Effective sample size of the mean of ``x`` (chains, draws): ArviZ's
+    ``ess(method="mean")`` (the multi-chain estimator of Vehtari, Gelman, Simpson,
+    Carpenter & Buerkner 2021 without rank normalisation); NaN for fewer than 4 draws per
+    chain or non-finite draws."""
+    import arviz as az
+
     x = np.asarray(x, dtype=float)
     if x.ndim == 1:
         x = x[None, :]
-    m, n = x.shape
-    if n < 4 or not np.all(np.isfinite(x)):
+    if x.shape[1] < 4 or not np.all(np.isfinite(x)):
         return float("nan")
-    acov = _autocov(x)
-    chain_mean = x.mean(axis=1)
-    mean_var = acov[:, 0].mean() * n / (n - 1)
-    var_plus = mean_var * (n - 1) / n + (chain_mean.var(ddof=1) if m > 1 else 0.0)
-    if var_plus <= 0:
-        return float("nan")
-    rho = np.zeros(n)
-    rho[0] = 1.0
-    rho_even = 1.0
-    rho_odd = 1.0 - (mean_var - acov[:, 1].mean()) / var_plus
-    rho[1] = rho_odd
-    t = 1
-    while t < n - 3 and rho_even + rho_odd > 0:
-        rho_even = 1.0 - (mean_var - acov[:, t + 1].mean()) / var_plus
-        rho_odd = 1.0 - (mean_var - acov[:, t + 2].mean()) / var_plus
-        if rho_even + rho_odd >= 0:
-            rho[t + 1] = rho_even
-            rho[t + 2] = rho_odd
-        t += 2
-    max_t = t - 2
-    if rho_even > 0:
-        rho[max_t + 1] = rho_even
-    t = 1
-    while t <= max_t - 2:  # monotone sequence
-        if rho[t + 1] + rho[t + 2] > rho[t - 1] + rho[t]:
-            rho[t + 1] = rho[t + 2] = (rho[t - 1] + rho[t]) / 2.0
-        t += 2
-    tau = -1.0 + 2.0 * rho[: max_t + 1].sum() + rho[max_t + 1]
-    tau = max(tau, 1.0 / np.log10(m * n))
-    return float(m * n / tau)
+    return float(az.ess(x, method="mean"))
 
 
 def mcse_mean_sd(x):
@@ -583,7 +546,9 @@ class _HierTarget:
 def _pareto_khat(logw):
     """Shape ``k`` of the generalised Pareto tail of the importance weights (the fit of
     Zhang & Stephens 2009 with the weak prior of PSIS, Vehtari et al. 2024, as in ArviZ's
-    ``psislw``): ``k < 0.5`` means the importance-sampling estimates are reliable."""
+    ``psislw``): ``k < 0.5`` means the importance-sampling estimates are reliable.
+    Written here because ArviZ 1.x (PyMC 6) has no public PSIS for a plain vector of log
+    weights (``psislw`` is ArviZ 0.x only)."""
     x = np.sort(logw - logw.max())
     n = x.size
     m = int(np.ceil(min(0.2 * n, 3.0 * np.sqrt(n))))

@@ -42,6 +42,9 @@ import numpy as np  # noqa: E402
 
 from pymc_subsample.datasets import make_logistic  # noqa: E402
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _common import ess, group  # noqa: E402
+
 D = 10
 CHUNK = 1 << 16
 OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "output")
@@ -72,19 +75,9 @@ class Timer:
         self.cpu = time.process_time() - self.c0
 
 
-def group(idata, name):
-    """A group of an arviz.InferenceData (PyMC 5) or an xarray DataTree (PyMC 6)."""
-    if hasattr(idata, "to_dataset") or not hasattr(idata, name):
-        node = idata[name]
-        return node.to_dataset() if hasattr(node, "to_dataset") else node
-    return getattr(idata, name)
-
-
 def ess_1d(x):
-    """ESS of one chain, 0 for a constant chain (:func:`pymc_subsample.diagnostics.geyer_ess`)."""
-    from pymc_subsample.diagnostics import geyer_ess
-
-    return geyer_ess(np.ravel(x), constant=0.0)
+    """ESS of one chain, 0 for a constant chain."""
+    return ess(np.ravel(x), constant=0.0)
 
 
 def min_ess(idata):

@@ -7,10 +7,10 @@ they take an optional ``ax`` and return the axes, and never call ``plt.show()``.
 
 from __future__ import annotations
 
+import arviz as az
 import numpy as np
 
 __all__ = [
-    "geyer_ess",
     "get_group",
     "convergence",
     "posterior_moments",
@@ -21,57 +21,19 @@ __all__ = [
 ]
 
 
-def geyer_ess(x, *, constant=None) -> float:
-    """Effective sample size of draws ``x`` of shape ``(chains, draws)`` or ``(draws,)``.
-
-    Geyer's (1992) initial monotone sequence estimator on the chain-averaged
-    autocovariance (FFT), in NumPy only, so it gives the same number under ArviZ 0.23 and
-    1.x (benchmarks and tests compare PyMC 5 and 6 with it). Fewer than 4 draws per chain
-    give ``chains * draws``.
-
-    Parameters
-    ----------
-    x : array_like
-        The draws; trailing axes beyond the second are flattened into draws.
-    constant : float, optional
-        Value returned for a constant chain (zero autocovariance); default
-        ``chains * draws``.
-    """
-    x = np.asarray(x, dtype=float)
-    if x.ndim == 1:
-        x = x[None]
-    x = x.reshape(x.shape[0], -1)
-    m, n = x.shape
-    if n < 4:
-        return float(m * n)
-    xc = x - x.mean(axis=1, keepdims=True)
-    f = np.fft.rfft(xc, n=2 * n, axis=1)
-    acov = np.fft.irfft(f * np.conj(f), axis=1)[:, :n].mean(axis=0) / n
-    if not acov[0] > 0:
-        return float(m * n) if constant is None else float(constant)
-    rho = acov / acov[0]
-    npairs = n // 2
-    pairs = rho[0 : 2 * npairs : 2] + rho[1 : 2 * npairs : 2]
-    neg = np.flatnonzero(pairs <= 0)
-    pairs = np.minimum.accumulate(pairs[: neg[0] if neg.size else npairs])
-    tau = max(-1.0 + 2.0 * pairs.sum(), 1.0 / np.log10(max(m * n, 10)))
-    return float(m * n / tau)
-
-
 def get_group(idata, name: str):
-    """Group ``name`` (e.g. ``"posterior"``, ``"sample_stats"``) as an ``xarray.Dataset``.
+    """Group ``name`` (e.g. ``"posterior"``, ``"sample_stats"``) as an ``xarray.Dataset``:
+    ArviZ's ``convert_to_dataset``, with a ``KeyError`` naming a missing group.
 
     Parameters
     ----------
     idata : arviz.InferenceData or xarray.DataTree
     name : str
     """
-    if hasattr(idata, "to_dataset"):  # DataTree (PyMC 6)
-        node = idata[name]
-        return node.to_dataset() if hasattr(node, "to_dataset") else node
-    if not hasattr(idata, name):
-        raise KeyError(f"The sampling result has no '{name}' group.")
-    return getattr(idata, name)
+    try:
+        return az.convert_to_dataset(idata, group=name)
+    except (KeyError, AttributeError, ValueError, TypeError) as err:
+        raise KeyError(f"The sampling result has no '{name}' group.") from err
 
 
 def posterior_moments(idata, var_names=None):

@@ -59,6 +59,7 @@ __all__ = [
     "RandomWalk",
     "Langevin",
     "PreconditionedRandomWalk",
+    "ReversibleRandomWalk",
     "PCN",
     "SurrogateHMC",
     "UserProposal",
@@ -273,6 +274,13 @@ class Proposal(ABC):
     """
 
     symmetric: bool = False
+    #: what the proposal needs from the step at :meth:`setup`: ``grad_fn`` is an unbiased
+    #: minibatch gradient of the log posterior (``"minibatch"``) or the exact gradient of
+    #: the data-free Taylor surrogate ``log prior + sum_i lhat_i`` (``"surrogate"``)
+    gradient: str = "minibatch"
+    #: ``mode`` is ``theta_hat``, the control variates' centre (``"center"``), or the mean of
+    #: the Gaussian (Laplace) approximation there (``"gaussian_mean"``)
+    reference_point: str = "center"
     #: the attributes that ``_reset_state`` re-creates and tuning changes (besides
     #: ``tuning`` and the step-size adapter): the chain state of :meth:`get_state`
     _state_attrs: tuple[str, ...] = ()
@@ -954,6 +962,75 @@ class PreconditionedRandomWalk(Proposal):
             self._set_l(math.exp(self._adapter.xbar))
 
 
+class ReversibleRandomWalk(PreconditionedRandomWalk):
+    """Preconditioned random walk reversible with respect to the first-order Taylor
+    approximation of the target at ``theta_hat``: the "theta_hat-reversible" proposal of
+    Cornish et al. (2019), Sec. 3.2, eq. 17, for SMH-1.
+
+    To first order about ``theta_hat`` the target is ``pi_hat_1(theta) ∝ exp(g . theta)``
+    with ``g`` the gradient of the log posterior at ``theta_hat`` (for ScalableMH the
+    gradient of ``log prior + sum_i lhat_i``, its data-free surrogate). With
+    ``c = l / sqrt(d)`` and ``L L' = C`` (``cov``):
+
+        theta' = theta + (c^2 / 2) C g + c L eps,    eps ~ N(0, I).
+
+    Writing ``delta = theta' - theta`` and ``b = (c^2 / 2) C g``,
+    ``pi_hat_1(theta) q(theta' | theta) ∝ exp(g . (theta + theta') / 2 - delta' (c^2 C)^-1
+    delta / 2)``, symmetric in ``theta`` and ``theta'``: the proposal is
+    ``pi_hat_1``-reversible (eq. 17 takes ``C = I``; any fixed ``C`` keeps this), and
+
+        log q(theta | theta') - log q(theta' | theta) = -g . delta,
+
+    which cancels ``pi_hat_1``'s ratio in SMH's data-free factor: what is left of that
+    factor is the prior's departure from its own tangent. The chain is exact for any
+    ``g`` (the ratio above is exact); ``g`` only steers it. With ``theta_hat`` at the
+    posterior mode (the steps' default centre) ``g = 0`` and this is the preconditioned
+    walk of eq. 16; the drift matters for a centre that is only near the mode (given as
+    ``center=``, e.g. from stochastic gradient descent, as in the paper).
+
+    Parameters
+    ----------
+    scaling, adapt, target_accept, adapt_gain, adapt_t0, adapt_kappa
+        As in :class:`PreconditionedRandomWalk`.
+
+    Notes
+    -----
+    ``setup`` requires ``cov``, ``mode`` (``theta_hat``) and ``grad_fn``, the surrogate's
+    gradient (``gradient = "surrogate"``); ``g = grad_fn(theta_hat)`` is read once.
+    """
+
+    symmetric = False
+    gradient = "surrogate"
+
+    def _setup(self, ndim, *, scaling, grad_fn, n_total, mode, cov):
+        super()._setup(ndim, scaling=scaling, grad_fn=grad_fn, n_total=n_total, mode=mode,
+                       cov=cov)
+        if grad_fn is None or mode is None:
+            raise ValueError(
+                "ReversibleRandomWalk needs setup(..., grad_fn=, mode=theta_hat): the gradient "
+                "of the target's first-order approximation at theta_hat."
+            )
+        g = np.asarray(grad_fn(np.asarray(mode, dtype=np.float64)), dtype=np.float64)
+        if g.shape != (ndim,) or not np.all(np.isfinite(g)):
+            raise ValueError(f"grad_fn(theta_hat) must give {ndim} finite values, got {g!r}.")
+        self._g = g
+        f = self._factor
+        self._cov_g = f.sd**2 * g if f.diagonal else f.L @ (f.L.T @ g)  # C g
+
+    _state_attrs = PreconditionedRandomWalk._state_attrs + ("_drift",)
+
+    def _set_l(self, l):
+        super()._set_l(l)
+        c = l / math.sqrt(self.ndim)
+        self._drift = 0.5 * c * c * self._cov_g
+
+    def draw(self, q, rng):
+        """Draw ``theta'``; ``log_ratio = -g . (theta' - theta)``."""
+        q_new, _ = super().draw(q, rng)
+        q_new = q_new + self._drift
+        return q_new, -float(self._g @ (q_new - q))
+
+
 # ---------------------------------------------------------------------------------------
 # preconditioned Crank-Nicolson (Cornish et al. 2019, Sec. 3.2)
 # ---------------------------------------------------------------------------------------
@@ -1014,6 +1091,8 @@ class PCN(Proposal):
     symmetric = False
     _LOG_BETA_MIN = math.log(1e-6)
     _LOG_BETA_MAX = 0.5  # above log 1: see the Notes
+
+    reference_point = "gaussian_mean"
 
     def __init__(self, rho: float | None = None, *, adapt: bool | None = None,
                  target_accept: float = 0.234, adapt_gain: float = 1.0, adapt_t0: float = 10.0,
@@ -1335,6 +1414,8 @@ class SurrogateHMC(Proposal):
     full-vector gradient, not the minibatch gradient of :class:`Langevin`) and ``cov``.
     """
 
+    gradient = "surrogate"
+
     def __init__(self, step_size: float | None = None, *, path_length: float = 5.0,
                  max_steps: int = 64, adapt: bool = True, adapt_mass: bool = True,
                  target_accept: float = 0.8, adapt_gain: float = 1.0,
@@ -1451,6 +1532,7 @@ _REGISTRY: dict[str, type[Proposal]] = {
     "random_walk": RandomWalk,
     "langevin": Langevin,
     "preconditioned": PreconditionedRandomWalk,
+    "reversible": ReversibleRandomWalk,
     "pcn": PCN,
     "surrogate_hmc": SurrogateHMC,
 }
@@ -1465,7 +1547,7 @@ def make_proposal(spec: str | type[Proposal], **kwargs: Any) -> Proposal:
     Parameters
     ----------
     spec : str or type
-        ``"random_walk"``, ``"langevin"``, ``"preconditioned"``, ``"pcn"`` or
+        ``"random_walk"``, ``"langevin"``, ``"preconditioned"``, ``"reversible"``, ``"pcn"`` or
         ``"surrogate_hmc"`` (ScalableMH only; case and
         ``-``/``_`` insensitive), or a :class:`Proposal` subclass.
     **kwargs

@@ -7,10 +7,9 @@ import numpy as np
 
 def group(idata, name):
     """The group ``name`` of an ``arviz.InferenceData`` or an xarray ``DataTree`` as a Dataset."""
-    if hasattr(idata, "to_dataset") or not hasattr(idata, name):
-        node = idata[name]
-        return node.to_dataset() if hasattr(node, "to_dataset") else node
-    return getattr(idata, name)
+    import arviz as az
+
+    return az.convert_to_dataset(idata, group=name)
 
 
 def posterior(idata):
@@ -30,11 +29,13 @@ def batch_means_se(x, n_batches=20):
 
 
 def ess(x):
-    """Effective sample size of draws ``(chains, draws)`` or ``(draws,)``
-    (:func:`pymc_subsample.diagnostics.geyer_ess`)."""
-    from pymc_subsample.diagnostics import geyer_ess
+    """Effective sample size for the mean of draws ``(chains, draws, ...)`` or ``(draws,)``
+    (ArviZ's ``ess(method="mean")``; trailing axes are flattened into draws)."""
+    import arviz as az
 
-    return geyer_ess(x)
+    x = np.asarray(x, dtype=float)
+    x = x[None] if x.ndim == 1 else x.reshape(x.shape[0], -1)
+    return float(az.ess(x, method="mean"))
 
 
 def mcse_mean(x):

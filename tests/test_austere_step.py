@@ -18,8 +18,8 @@ Korattikara, Chen & Welling (2014), "Austerity in MCMC Land", Algorithm 1. What 
   data); the Langevin proposal and user proposals.
 
 Statistical checks use fixed seeds. Monte Carlo standard errors come from the effective
-sample size of :func:`helpers.ess` (Geyer's initial monotone sequence, NumPy only, so the
-same under ArviZ 0.23 and 1.x). ``Z_TOL = 4.5`` standard errors is about a 1e-5 two-sided
+sample size of :func:`helpers.ess` (ArviZ's ``ess(method="mean")``, the same under
+ArviZ 0.23 and 1.x). ``Z_TOL = 4.5`` standard errors is about a 1e-5 two-sided
 chance per check for a correct sampler at a random seed. Where AustereMH is biased by
 design (``epsilon > 0``), the allowance for the bias is stated next to the check and was
 set from runs at several seeds (see the comments). Module fixtures share models and step

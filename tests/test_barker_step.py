@@ -14,8 +14,8 @@ What is checked, on PyMC 5 (``arviz.InferenceData``) and PyMC 6 (xarray ``DataTr
 * argument errors.
 
 Statistical checks use fixed seeds. Tolerances are ``Z_TOL`` Monte Carlo standard errors
-(``helpers.mcse_mean`` / ``mcse_sd``: Geyer ESS in NumPy, identical under ArviZ 0.23 and
-1.x), plus the reference's own standard error where there is one. Models are module
+(``helpers.mcse_mean`` / ``mcse_sd``: ArviZ's ESS for the mean, the same under ArviZ 0.23
+and 1.x), plus the reference's own standard error where there is one. Models are module
 fixtures (PyTensor compilation dominates short runs).
 """
 

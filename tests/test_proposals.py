@@ -20,13 +20,16 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from pymc_subsample.proposals import (
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from helpers import ess  # noqa: E402
+from pymc_subsample.proposals import (  # noqa: E402
     PCN,
     PROPOSAL_NAMES,
     Langevin,
     PreconditionedRandomWalk,
     Proposal,
     RandomWalk,
+    ReversibleRandomWalk,
     UserProposal,
     as_proposal,
     make_proposal,
@@ -118,22 +121,6 @@ def assert_moments(draws, mu=MU, var=np.diag(SIGMA)):
     assert np.all(zv < Z), f"variance off by {zv} MCSE"
 
 
-def ess(x):
-    """Effective sample size of a 1-d chain (Geyer's initial positive sequence)."""
-    x = np.asarray(x, float) - np.mean(x)
-    n = x.size
-    f = np.fft.rfft(x, 2 * n)
-    acov = np.fft.irfft(f * np.conj(f))[:n] / n
-    rho = acov / acov[0]
-    s = 0.0
-    for k in range(0, n - 1, 2):
-        pair = rho[k] + rho[k + 1]
-        if pair < 0:
-            break
-        s += pair
-    return n / max(2.0 * s - 1.0, 1e-12)
-
-
 # ------------------------------------------------------------------------------------
 # module hygiene
 # ------------------------------------------------------------------------------------
@@ -147,7 +134,7 @@ def test_module_imports_neither_pymc_nor_pytensor():
             names.update(a.name.split(".")[0] for a in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module:
             names.add(node.module.split(".")[0])
-    assert names <= {"__future__", "abc", "difflib", "inspect", "math", "warnings", "typing", "numpy", "scipy"}, names
+    assert names <= {"__future__", "abc", "copy", "difflib", "inspect", "math", "warnings", "typing", "numpy", "scipy"}, names
     # load the file on its own (bypassing any package __init__) and inspect sys.modules
     code = (
         "import importlib.util, sys\n"
@@ -278,6 +265,35 @@ def test_pcn_detailed_balance(rho, diag):
         assert pi0.logpdf(x) + log_fwd == pytest.approx(pi0.logpdf(y) + log_rev, abs=1e-8)
         # the returned ratio is the proposal density ratio
         assert lr == pytest.approx(log_rev - log_fwd, abs=1e-8)
+
+
+@pytest.mark.parametrize("diag", [False, True])
+def test_reversible_random_walk_detailed_balance_and_drift(diag):
+    """Cornish et al. (2019) eq. 17: reversible with respect to the tangent
+    ``exp(g . theta)``, the returned ratio is the proposal density ratio, and the steps'
+    mean is the drift ``(c^2 / 2) C g``."""
+    cov = np.diag(np.diag(REF_COV)) if diag else REF_COV
+    g = np.array([3.0, -1.5, 0.7])
+    l = 1.3
+    prop = ReversibleRandomWalk(l, adapt=False).setup(
+        D, mode=REF_MODE, cov=np.diag(cov) if diag else cov, grad_fn=lambda q: g)
+    c2 = l * l / D
+    drift = 0.5 * c2 * cov @ g
+    rng = np.random.default_rng(12)
+    for _ in range(20):
+        x = MU + rng.standard_normal(D) * 2 * SD
+        y, lr = prop.draw(x, rng)
+        log_fwd = stats.multivariate_normal(x + drift, c2 * cov).logpdf(y)
+        log_rev = stats.multivariate_normal(y + drift, c2 * cov).logpdf(x)
+        assert g @ x + log_fwd == pytest.approx(g @ y + log_rev, abs=1e-8)
+        assert lr == pytest.approx(log_rev - log_fwd, abs=1e-8)
+    steps = np.array([prop.draw(MU, rng)[0] - MU for _ in range(20000)])
+    se = np.sqrt(np.diag(c2 * cov) / len(steps))
+    assert np.all(np.abs(steps.mean(0) - drift) < Z * se)
+    assert np.linalg.norm(drift) > 10 * np.max(se)  # the drift is visible at this size
+    assert "reversible" in PROPOSAL_NAMES and prop.gradient == "surrogate"
+    with pytest.raises(ValueError, match="grad_fn"):
+        ReversibleRandomWalk().setup(D, mode=REF_MODE, cov=REF_COV)
 
 
 @pytest.mark.parametrize("rho", [0.0, 0.6])
@@ -672,12 +688,14 @@ def test_user_proposal_function_and_hooks():
 
 
 def test_make_proposal_names():
-    assert PROPOSAL_NAMES == ("random_walk", "langevin", "preconditioned", "pcn", "surrogate_hmc")
+    assert PROPOSAL_NAMES == ("random_walk", "langevin", "preconditioned", "reversible", "pcn",
+                              "surrogate_hmc")
     assert isinstance(make_proposal("random_walk"), RandomWalk)
     assert isinstance(make_proposal("Random-Walk"), RandomWalk)
     assert isinstance(make_proposal("langevin", batch_size=7), Langevin)
     assert make_proposal("langevin", batch_size=7).batch_size == 7
     assert isinstance(make_proposal("preconditioned"), PreconditionedRandomWalk)
+    assert isinstance(make_proposal("reversible"), ReversibleRandomWalk)
     p = as_proposal("pcn", rho=0.5)
     assert isinstance(p, PCN) and p.setup(2, mode=np.zeros(2), cov=np.eye(2)).rho == pytest.approx(0.5)
     assert isinstance(as_proposal(RandomWalk), RandomWalk)

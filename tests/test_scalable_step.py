@@ -998,7 +998,7 @@ def test_skewed_reference_is_far_from_laplace(skewed):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("order, proposal", [(2, None), (2, "random_walk"), (1, None),
-                                             (1, "pcn")])
+                                             (1, "pcn"), (1, "reversible")])
 def test_exact_on_a_skewed_small_posterior(skewed, order, proposal):
     """Both orders and every built-in proposal family match the quadrature reference
     within MCSE where the Laplace approximation is >= 0.3 sd off."""
@@ -1010,6 +1010,37 @@ def test_exact_on_a_skewed_small_posterior(skewed, order, proposal):
     idata = _sample(skewed.model, step, draws=8000, tune=1000, seed=SEED + 50 + order)
     assert_matches(_draws(idata, ["a", "b"]), skewed.reference(),
                    label=f"skewed order {order} {proposal}")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("broken", [False, True], ids=["exact", "ratio-dropped"])
+def test_reversible_proposal_with_a_centre_off_the_mode(skewed, broken):
+    """Eq. 17's proposal drifts along the surrogate's gradient at theta_hat, which is 0 at
+    the mode: with ``center=`` one Laplace sd off the mode (as from SGD) the drift is
+    large, SMH-1 with it still matches the quadrature reference, and the same check
+    catches the proposal with its density ratio dropped (a chain that drifts off)."""
+    from pymc_subsample.proposals import ReversibleRandomWalk
+
+    class NoRatio(ReversibleRandomWalk):
+        def draw(self, q, rng):
+            return super().draw(q, rng)[0], 0.0
+
+    with skewed.model:
+        mode_step = pms.ScalableMH(order=1)
+    theta_hat = mode_step.theta_hat + mode_step._laplace_chol @ np.array([1.0, -0.5])
+    proposal = NoRatio() if broken else "reversible"
+    with skewed.model:
+        step = pms.ScalableMH(order=1, proposal=proposal, center=theta_hat)
+    assert np.linalg.norm(step.proposal._drift) > 0.1 * np.sqrt(np.min(np.diag(
+        mode_step.center.laplace()[1])))
+    idata = _sample(skewed.model, step, draws=8000, tune=1000, seed=SEED + 61)
+    check = lambda: assert_matches(_draws(idata, ["a", "b"]), skewed.reference(),  # noqa: E731
+                                   label=f"reversible off-mode broken={broken}")
+    if broken:
+        with pytest.raises(AssertionError):
+            check()
+    else:
+        check()
 
 
 @pytest.mark.slow

@@ -548,6 +548,18 @@ class SubsampleStep(ArrayStepShared):
         ``q``."""
         return q if self._vmap is None else self._vmap.v(q)
 
+    def _proposal_grad_fn(self):
+        """The gradient the proposal declares it needs (``Proposal.gradient``): the data-free
+        surrogate's, or an unbiased minibatch estimate of the log posterior's."""
+        if getattr(self.proposal, "gradient", "minibatch") == "surrogate":
+            return self._surrogate_grad
+        return self._minibatch_grad
+
+    def _wants_gaussian_mean(self) -> bool:
+        """Whether the proposal's reference point is the Gaussian approximation's mean
+        rather than the centre ``theta_hat`` (``Proposal.reference_point``)."""
+        return getattr(self.proposal, "reference_point", "center") == "gaussian_mean"
+
     def _surrogate_grad(self, q):
         """Gradient of the data-free surrogate ``log prior + w sum_i lhat_i`` (the
         target of :class:`~pymc_subsample.proposals.SurrogateHMC`)."""
@@ -755,11 +767,9 @@ class GrowingBatchStep(SubsampleStep):
         if scaling is None and isinstance(self.proposal, Langevin):
             sd = np.sqrt(np.diag(cov))
             scaling = float(np.min(sd) ** 2 * 1.65**2 / self.ndim ** (1 / 3))
-        surrogate = isinstance(self.proposal, SurrogateHMC)
         self.proposal.setup(
-            self.ndim, scaling=scaling,
-            grad_fn=self._surrogate_grad if surrogate else self._minibatch_grad,
-            n_total=self.n_rows, mode=mean, cov=cov,
+            self.ndim, scaling=scaling, grad_fn=self._proposal_grad_fn(), n_total=self.n_rows,
+            mode=mean if self._wants_gaussian_mean() else self.center.theta, cov=cov,
         )
 
     def _reset_chain(self):
@@ -839,15 +849,18 @@ class GrowingBatchStep(SubsampleStep):
                           else self._vmap.proxy(self._vmap.v(self._mean_q), self.cv))
 
     # ------------------------------------------------------------------ the step
-    def cv_sum(self, q, q_prop) -> float:
-        """The control variate's exact sum over all rows (0 without control variates)."""
+    def cv_sum(self, q, q_prop, coords=None) -> float:
+        """The control variate's exact sum over all rows (0 without control variates).
+        ``coords``: ``(coordinates(q), coordinates(q_prop))`` when already computed."""
         if not self.cv_active:
             return 0.0
         if self.saga is not None:
             return self.saga.sum_diff(q, q_prop)
-        return self.proxy.sum_diff(self.coordinates(q), self.coordinates(q_prop))
+        v, v_prop = coords if coords is not None else (self.coordinates(q),
+                                                       self.coordinates(q_prop))
+        return self.proxy.sum_diff(v, v_prop)
 
-    def diff_fn(self, q, q_prop):
+    def diff_fn(self, q, q_prop, coords=None):
         """``rows -> terms`` for the kernel: the control-variate residuals (or the plain
         differences), divided by ``N p_i`` for importance-sampled rows. The first call of
         a step feeds the variance check (every step while tuning, every 10th after)."""
@@ -858,8 +871,8 @@ class GrowingBatchStep(SubsampleStep):
 
         vterms = None
         if cv in (1, 2) and self._vmap is not None:
-            vterms = self._vmap.terms_fn(self._vmap.v(q), self._vmap.v(q_prop),
-                                         self.proxy.center, cv)
+            v, v_prop = coords if coords is not None else (self._vmap.v(q), self._vmap.v(q_prop))
+            vterms = self._vmap.terms_fn(v, v_prop, self.proxy.center, cv)
 
         def terms(rows):
             if vterms is not None:
@@ -880,7 +893,10 @@ class GrowingBatchStep(SubsampleStep):
 
     def _decide(self, q, q_prop, log_prior_ratio, log_qratio):
         o1 = log_prior_ratio + log_qratio
-        cv_sum = self.cv_sum(q, q_prop)
+        # predictor coordinates v(q), v(q') once, for the closed-form sum and the rows' terms
+        coords = ((self._vmap.v(q), self._vmap.v(q_prop))
+                  if self._vmap is not None and self.cv_active and self.saga is None else None)
+        cv_sum = self.cv_sum(q, q_prop, coords)
         # the control variate's exact sum over all N rows enters the data-free part
         o1 += self.loglik_weight * cv_sum
         self._first_prob = math.exp(min(0.0, o1)) if o1 == o1 else 0.0
@@ -890,7 +906,7 @@ class GrowingBatchStep(SubsampleStep):
             return eng.full_loglik_diff(q, q_prop) - cv_sum
 
         audited = self.audit > 0 and self.rng.random() < self.audit
-        res, stats = self._run_test(self.diff_fn(q, q_prop), o1, exact_sum)
+        res, stats = self._run_test(self.diff_fn(q, q_prop, coords), o1, exact_sum)
         accept = bool(res.accept)
         stats["cv_active"] = self.cv_active
         stats["audit"] = np.nan

@@ -57,7 +57,10 @@ class ScalableMH(SubsampleStep):
         ``"preconditioned"`` (random walk with covariance ``H^-1``) for order 1, and
         ``"surrogate_hmc"`` (:class:`~pymc_subsample.proposals.SurrogateHMC`, a leapfrog
         trajectory on the data-free surrogate) whenever the bounds live in predictor
-        coordinates (below); any of these names, ``"random_walk"``, or an object with
+        coordinates (below); any of these names, ``"random_walk"``, ``"reversible"``
+        (:class:`~pymc_subsample.proposals.ReversibleRandomWalk`, the paper's eq. 17:
+        reversible w.r.t. the first-order approximation at ``theta_hat``, for a
+        ``center=`` that is only near the mode), or an object with
         ``draw(q, rng) -> (q_new, log_ratio)``.
     rho : float, optional
         pCN autocorrelation in ``[0, 1)``; ``None`` tunes it during tuning.
@@ -265,13 +268,12 @@ class ScalableMH(SubsampleStep):
         if self._vmap is not None and self._default_proposal and not self._vmap.v_is_affine(
                 self.theta_hat):
             self.proposal = SurrogateHMC()  # a curved posterior: follow it
-        surrogate = isinstance(self.proposal, SurrogateHMC)
         self.proposal.setup(
             self.ndim,
             scaling=scaling,
-            grad_fn=self._surrogate_grad if surrogate else self._minibatch_grad,
+            grad_fn=self._proposal_grad_fn(),
             n_total=self.n_rows,
-            mode=gauss_mean if _proposal_name(self.proposal) == "PCN" else self.theta_hat,
+            mode=gauss_mean if self._wants_gaussian_mean() else self.theta_hat,
             cov=cov,
         )
 
@@ -459,7 +461,3 @@ class ScalableMH(SubsampleStep):
             "poisson_rate": float(res.poisson_rate),
             "fallback": bool(res.fallback),
         }
-
-
-def _proposal_name(proposal):
-    return type(proposal).__name__
