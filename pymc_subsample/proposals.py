@@ -1014,8 +1014,7 @@ class ReversibleRandomWalk(PreconditionedRandomWalk):
         if g.shape != (ndim,) or not np.all(np.isfinite(g)):
             raise ValueError(f"grad_fn(theta_hat) must give {ndim} finite values, got {g!r}.")
         self._g = g
-        f = self._factor
-        self._cov_g = f.sd**2 * g if f.diagonal else f.L @ (f.L.T @ g)  # C g
+        self._cov_g = self._factor.cov_mul(g)  # C g
 
     _state_attrs = PreconditionedRandomWalk._state_attrs + ("_drift",)
 

@@ -172,6 +172,7 @@ def barker_test(
     correction: CorrectionDistribution | None = None,
     sampler: RowSampler | None = None,
     error: str = "acceptance",
+    check: bool = True,
 ) -> BarkerResult:
     """Minibatch Barker acceptance test, Algorithm 1 ("MHminibatch") of Seita et al. 2017.
 
@@ -262,6 +263,9 @@ def barker_test(
         ``RowSampler(n_total, rng)``.
     error : {"acceptance", "lemma3"}, default "acceptance"
         Which CLT error estimate is compared with ``delta`` (see above).
+    check : bool, default True
+        Validate the arguments. The step validates its own once, at construction, and
+        passes False (this runs once per transition).
 
     Returns
     -------
@@ -272,12 +276,13 @@ def barker_test(
     ValueError
         For invalid arguments, or if ``loglik_diff`` returns the wrong number of values.
     """
-    _check_args(n_total, batch_size, batch_increment, delta, temperature)
-    if error not in ("acceptance", "lemma3"):
-        raise ValueError(
-            f"The 'error' parameter of barker_test must be 'acceptance' or 'lemma3'. "
-            f"Got {error!r} instead."
-        )
+    if check:
+        _check_args(n_total, batch_size, batch_increment, delta, temperature)
+        if error not in ("acceptance", "lemma3"):
+            raise ValueError(
+                f"The 'error' parameter of barker_test must be 'acceptance' or 'lemma3'. "
+                f"Got {error!r} instead."
+            )
     o1 = float(log_ratio_o1)
     if not math.isfinite(o1):
         bad = o1 != -math.inf
@@ -285,10 +290,10 @@ def barker_test(
     N = int(n_total)
     corr = default_correction() if correction is None else correction
     sigma2 = corr.sigma * corr.sigma
-    r_max = float(np.max(corr.probs)) / float(corr.h) if error == "acceptance" else 0.0
+    r_max = corr.max_density if error == "acceptance" else 0.0
     if sampler is None:
         sampler = RowSampler(N, rng)
-    elif getattr(sampler, "n_total", N) != N or getattr(sampler, "n_drawn", 0) != 0:
+    elif check and (getattr(sampler, "n_total", N) != N or getattr(sampler, "n_drawn", 0) != 0):
         raise ValueError(
             f"The 'sampler' parameter of barker_test must be a fresh RowSampler over "
             f"n_total={N} rows."

@@ -173,6 +173,9 @@ class CorrectionDistribution:
         self.h = float(self.h)
         self.sigma = float(self.sigma)
         self.grid = self.lo + self.h * np.arange(p.size)
+        #: the largest density of the histogram (``max probs / h``): the Lipschitz constant
+        #: of ``x -> P(x + X_corr > 0)``
+        self.max_density = float(p.max()) / self.h
         self.mean = float(np.dot(p, self.grid))
         # histogram variance: point-mass variance plus the within-cell h^2/12
         self.var = float(np.dot(p, (self.grid - self.mean) ** 2) + self.h**2 / 12.0)

@@ -121,7 +121,7 @@ class BarkerMinibatch(GrowingBatchStep):
                 "estimate and Lemma 3 assume it); sampling='importance' is AustereMH's."
             )
         self.correction = default_correction()
-        self._r_max = float(max(self.correction.probs)) / float(self.correction.h)
+        self._r_max = self.correction.max_density
         super().__init__(
             vars, batch_size=batch_size, batch_increment=batch_increment, proposal=proposal,
             scaling=scaling, tune=tune, model=model, steps_per_draw=steps_per_draw, **kwargs,
@@ -149,6 +149,7 @@ class BarkerMinibatch(GrowingBatchStep):
             correction=self.correction,
             sampler=self._sampler.restart(self.rng),
             error=self.error,
+            check=False,  # validated at construction
         )
         doubt = None
         checked = bool(first) and first[0].size > 2 and not res.exact and not res.nonfinite
