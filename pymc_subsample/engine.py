@@ -495,11 +495,13 @@ class LikelihoodEngine:
         joined, q = join_nonshared_inputs(self._point, batch, self.vars, shared_inputs=self.shared)
         return self.function([q, *self._batch_inputs], joined)
 
-    def function(self, inputs, outputs):
+    def function(self, inputs, outputs, **overrides):
         """``pytensor.function(inputs, outputs)`` for the sampling loop and the data passes:
         :func:`compile_mode` unless the step's ``compile_kwargs`` say otherwise (PyMC's
-        convention, e.g. ``compile_kwargs={"mode": "NUMBA"}``); inputs are trusted."""
-        kwargs = {"mode": compile_mode(), "on_unused_input": "ignore", **self.compile_kwargs}
+        convention, e.g. ``compile_kwargs={"mode": "NUMBA"}``); ``overrides`` win over
+        both. Inputs are trusted."""
+        kwargs = {"mode": compile_mode(), "on_unused_input": "ignore", **self.compile_kwargs,
+                  **overrides}
         f = pytensor.function(inputs, outputs, **kwargs)
         f.trust_input = True
         return f
@@ -571,12 +573,8 @@ class LikelihoodEngine:
         f = self._compiled.get(cache_key)
         if f is None:
             inputs, outputs = self._graph(key)
-            if fast_compile:
-                f = pytensor.function(inputs, outputs, on_unused_input="ignore",
-                                      mode="FAST_COMPILE")
-                f.trust_input = True
-            else:
-                f = self.function(inputs, outputs)
+            f = self.function(inputs, outputs, **({"mode": "FAST_COMPILE"} if fast_compile
+                                                  else {}))
             self._compiled[cache_key] = f
         return f
 

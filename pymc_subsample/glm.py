@@ -25,6 +25,7 @@ import pytensor.tensor as pt
 import pytensor.scalar as ps
 from pytensor.tensor.elemwise import Elemwise
 
+from .engine import graph_inputs
 from .kernels.bounds import glm_bound_constants
 from .kernels.region import TWO_PARAM_FAMILIES, local_sup, local_sup2, path_constant
 
@@ -98,7 +99,7 @@ def _probit_predictor(p):
         if isinstance(scalar, (ps.Erfc, ps.Erf)):
             break
         owners = [i.owner for i in node.inputs if i.owner is not None
-                  and not all(isinstance(a, pt.TensorConstant) for a in _graph_inputs(i))]
+                  and not all(isinstance(a, pt.TensorConstant) for a in graph_inputs([i]))]
         if len(owners) != 1:
             return None
         node = owners[0]
@@ -109,7 +110,7 @@ def _probit_predictor(p):
     z_test = pt.vector("z", dtype=z.dtype)
     try:
         h = clone_replace(pt.as_tensor_variable(p), {z: z_test}, rebuild_strict=False)
-        if any(v is not z_test and not isinstance(v, pt.TensorConstant) for v in _graph_inputs(h)):
+        if any(v is not z_test and not isinstance(v, pt.TensorConstant) for v in graph_inputs([h])):
             return None
         values = np.linspace(-2.5, 2.5, 11)
         got = pytensor.function([z_test], h, mode="FAST_COMPILE")(values)
@@ -119,12 +120,6 @@ def _probit_predictor(p):
                        rtol=1e-9, atol=1e-12):
         return None
     return sign * math.sqrt(2.0) * z
-
-
-def _graph_inputs(var):
-    from pymc_subsample.engine import graph_inputs
-
-    return list(graph_inputs([var]))
 
 
 def _is_fixed(var, model):

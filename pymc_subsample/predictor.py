@@ -303,7 +303,6 @@ def predictor_map(engine, spec, *, curved_at=None) -> PredictorMap | None:
             f"{left[0]} outside any data-free parameter expression.")
     (eta_b,) = engine.to_batch([eta_v])
     eta_fn = engine.function([v_in, *engine._batch_inputs], eta_b)
-    eta_fn.trust_input = True
     obs_value = model.rvs_to_values[model[spec.observed]]
     y_index = next(k for k, r in enumerate(engine.rows) if r.variable is obs_value)
     labels = [str(p.name or p.owner.op if p.owner else p) for p in parts]

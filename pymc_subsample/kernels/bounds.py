@@ -28,6 +28,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from scipy.special import log_ndtr
 
 __all__ = [
     "FAMILIES",
@@ -62,6 +63,13 @@ _UNBOUNDED = {
 _LOGIT_SUP3 = 1.0 / (6.0 * math.sqrt(3.0))
 #: sup_x |x (x^2 - 3)| / (1 + x^2)^3, attained at x = sqrt(2) - 1.
 _T_SUP3 = (3.0 + 2.0 * math.sqrt(2.0)) / 8.0
+
+def probit_lambda(t):
+    """The inverse Mills ratio ``lambda(t) = phi(t) / Phi(t)`` (``g' `` for ``g = log Phi``),
+    from ``log_ndtr`` so that it stays finite far in the left tail."""
+    t = np.asarray(t, dtype=np.float64)
+    return np.exp(-0.5 * t * t - 0.5 * math.log(2.0 * math.pi) - log_ndtr(t))
+
 
 #: the peak of g''' for g = log Phi (the standard normal log cdf), a root of g'''' found
 #: by Brent's method: g''' > 0 rises on (-inf, t*] and falls on [t*, inf)

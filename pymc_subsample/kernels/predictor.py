@@ -26,7 +26,7 @@ from __future__ import annotations
 import numpy as np
 from scipy.special import expit, log_expit, log_ndtr
 
-_LOG_SQRT_2PI = 0.5 * np.log(2.0 * np.pi)
+from .bounds import probit_lambda
 
 __all__ = ["PREDICTOR_FAMILIES", "row_loglik", "remainder_difference", "predictor_sums"]
 
@@ -60,9 +60,8 @@ def row_loglik(family: str, eta, y, params: dict, *, derivatives: int = 2):
         # log p = log Phi(s eta), s = 2 y - 1; lambda = phi / Phi, lambda' = -lambda (t + lambda)
         sgn = 2.0 * y - 1.0
         t = sgn * eta
-        l0 = log_ndtr(t)
-        lam = np.exp(-0.5 * t * t - _LOG_SQRT_2PI - l0)
-        out = (l0, sgn * lam, -lam * (t + lam))
+        lam = probit_lambda(t)
+        out = (log_ndtr(t), sgn * lam, -lam * (t + lam))
     elif family == "poisson_log":
         mu = np.exp(eta)
         out = (y * eta - mu, y - mu, -mu)

@@ -22,9 +22,9 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy.special import expit, log_ndtr
+from scipy.special import expit
 
-from .bounds import PROBIT_PEAK3
+from .bounds import PROBIT_PEAK3, probit_lambda
 
 from .interval import Interval
 
@@ -52,7 +52,7 @@ def _sup(g, lo, hi, critical):
 def _probit_derivatives(t):
     """``(|g''|, g''')`` of ``g = log Phi`` at ``t`` (``lambda = phi / Phi``)."""
     t = np.asarray(t, dtype=np.float64)
-    lam = np.exp(-0.5 * t * t - 0.5 * math.log(2.0 * math.pi) - log_ndtr(t))
+    lam = probit_lambda(t)
     return lam * (t + lam), lam * (t + lam) * (t + 2.0 * lam) - lam
 
 

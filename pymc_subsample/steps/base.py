@@ -325,6 +325,8 @@ class SubsampleStep(ArrayStepShared):
 
     def _remember_data(self):
         """Record what the data looked like when the step's sums were computed."""
+        if not self.keeps_data_sums:
+            return
         self._data_fingerprint = self.engine.data_fingerprint()
         self._data_refs = [weakref.ref(a) for a in self.engine.data_arrays()]
 
@@ -527,6 +529,9 @@ class SubsampleStep(ArrayStepShared):
             self.proposal.tune(self._tune_signal(accepted), q=q_prop if accepted else q)
         stats["accepted"] = float(bool(accepted))
         return (q_prop if accepted else q), stats
+
+    #: ``(q, log prior at q)`` of the current state, reused within a draw (see astep)
+    _prior_now = None
 
     #: predictor coordinates (:mod:`pymc_subsample.predictor`), when the control
     #: variates live there
@@ -871,7 +876,8 @@ class GrowingBatchStep(SubsampleStep):
 
         vterms = None
         if cv in (1, 2) and self._vmap is not None:
-            v, v_prop = coords if coords is not None else (self._vmap.v(q), self._vmap.v(q_prop))
+            v, v_prop = coords if coords is not None else (self.coordinates(q),
+                                                           self.coordinates(q_prop))
             vterms = self._vmap.terms_fn(v, v_prop, self.proxy.center, cv)
 
         def terms(rows):
@@ -893,9 +899,10 @@ class GrowingBatchStep(SubsampleStep):
 
     def _decide(self, q, q_prop, log_prior_ratio, log_qratio):
         o1 = log_prior_ratio + log_qratio
-        # predictor coordinates v(q), v(q') once, for the closed-form sum and the rows' terms
-        coords = ((self._vmap.v(q), self._vmap.v(q_prop))
-                  if self._vmap is not None and self.cv_active and self.saga is None else None)
+        # the control variates' coordinates of q, q' once, for the closed-form sum and the
+        # rows' terms (v(q) in predictor coordinates, else q itself)
+        coords = ((self.coordinates(q), self.coordinates(q_prop))
+                  if self.cv_active and self.saga is None else None)
         cv_sum = self.cv_sum(q, q_prop, coords)
         # the control variate's exact sum over all N rows enters the data-free part
         o1 += self.loglik_weight * cv_sum
