@@ -17,8 +17,13 @@ relative sd difference and its ``z``, wall times, and the ratio of ESS per secon
 bulk ESS over ``mu``, ``tau``, ``z``, ``b``, set-up included). The ScalableMH issue asks
 for <= 1,000 rows per step here and means and sds within MCSE-derived tolerances of NUTS.
 
+``--likelihood normal``: the same predictor with ``y ~ Normal(eta, sigma)``,
+``sigma ~ HalfNormal(2)`` sampled (true sigma 1.3): ``log sigma`` joins the predictor
+coordinates and the rows take path bounds in ``(eta, log sigma)``. The issue asks for
+<= 100 rows per step for unknown-scale families and <= 1,000 for the hierarchical model.
+
 Run: OPENBLAS_NUM_THREADS=1 python benchmarks/smh_hierarchical.py [--quick] [--smh-only]
-     (--quick: N = 10^4)
+     [--likelihood {bernoulli,normal}]     (--quick: N = 10^4)
 """
 
 from __future__ import annotations
@@ -37,7 +42,7 @@ GROUPS, K = 20, 3
 NAMES = ("mu", "tau", "z", "b")
 
 
-def non_centred_model(n, seed=2):
+def non_centred_model(n, seed=2, likelihood="bernoulli"):
     import pymc as pm
 
     rng = np.random.default_rng(seed)
@@ -45,13 +50,20 @@ def non_centred_model(n, seed=2):
     X = rng.standard_normal((n, K))
     a = rng.normal(-0.5, 0.7, GROUPS)
     b = rng.normal(0.0, 0.5, K)
-    y = (rng.random(n) < 1.0 / (1.0 + np.exp(-(a[g] + X @ b)))).astype(np.int64)
+    if likelihood == "normal":
+        y = a[g] + X @ b + 1.3 * rng.standard_normal(n)
+    else:
+        y = (rng.random(n) < 1.0 / (1.0 + np.exp(-(a[g] + X @ b)))).astype(np.int64)
     with pm.Model() as model:
         mu = pm.Normal("mu", 0.0, 2.0)
         tau = pm.HalfNormal("tau", 1.0)
         z = pm.Normal("z", 0.0, 1.0, shape=GROUPS)
         beta = pm.Normal("b", 0.0, 1.0, shape=K)
-        pm.Bernoulli("y", logit_p=mu + tau * z[g] + pm.math.dot(X, beta), observed=y)
+        eta = mu + tau * z[g] + pm.math.dot(X, beta)
+        if likelihood == "normal":
+            pm.Normal("y", eta, pm.HalfNormal("sigma", 2.0), observed=y)
+        else:
+            pm.Bernoulli("y", logit_p=eta, observed=y)
     return model
 
 
@@ -59,7 +71,9 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--smh-only", action="store_true", help="skip NUTS (minutes at 10^5)")
+    ap.add_argument("--likelihood", choices=("bernoulli", "normal"), default="bernoulli")
     args = ap.parse_args()
+    names = NAMES + (("sigma",) if args.likelihood == "normal" else ())
     import logging
 
     import pymc_subsample as pms
@@ -68,12 +82,13 @@ def main():
     logging.getLogger("pymc").setLevel(logging.ERROR)
     n = 10**4 if args.quick else 10**5
     tune, draws = 1000, 3000
-    model = non_centred_model(n)
+    model = non_centred_model(n, likelihood=args.likelihood)
     smh, t_smh = _sample(model, lambda: pms.ScalableMH(), tune=tune, draws=draws, seed=1)
     ss = get_group(smh, "sample_stats")
-    summ = _summary(smh, NAMES)
+    summ = _summary(smh, names)
     ess_a = min(float(np.min(v[3])) for v in summ.values())
-    print(f"N = {n:,}, {GROUPS} groups, {K} covariates, non-centred; 2 chains, cores=1")
+    print(f"N = {n:,}, {GROUPS} groups, {K} covariates, non-centred, {args.likelihood} "
+          "likelihood; 2 chains, cores=1")
     print(f"ScalableMH: rows/step {float(np.mean(ss['data_used'].values)):.2f}, acceptance "
           f"{float(np.mean(ss['accepted'].values)):.3f}, fallback "
           f"{float(np.mean(ss['fallback'].values)):.4f}, ESS/draw {ess_a / (2 * draws):.3f}, "
@@ -81,7 +96,7 @@ def main():
     if args.smh_only:
         return
     nuts, t_nuts = _sample(model, lambda: None, tune=500, draws=500, seed=2)
-    z, sd_err, sd_z, ess_a, ess_b = compare(summ, _summary(nuts, NAMES))
+    z, sd_err, sd_z, ess_a, ess_b = compare(summ, _summary(nuts, names))
     nss = get_group(nuts, "sample_stats")
     print(f"NUTS: ESS/draw {ess_b / 1000:.3f}, leapfrog steps/draw "
           f"{float(np.mean(nss['n_steps'].values)):.1f}, divergences "

@@ -448,7 +448,29 @@ class LikelihoodEngine:
         assertions (tied to the old ``N``) are dropped; every other node is rebuilt with
         ``make_node`` so static shapes are inferred again.
         """
+        self.row_variables(outputs)
         return self._rebuild(list(outputs), self._mapping)
+
+    def row_variables(self, outputs) -> set:
+        """The row-indexed data among the graph inputs of ``outputs``.
+
+        Constants that hold the same rows as a row constant of the likelihood count too
+        (and are mapped to its batch input): a model expression (e.g. ``z[g]`` and
+        ``sigma[g]`` with a NumPy ``g``) can carry one constant per use of the same array,
+        while ``model.logp`` merges them into the one the engine found."""
+        n = self.n_rows
+        consts = [(r, r._array) for r in self.rows if r._array is not None]
+        for var in graph_inputs(list(outputs)):
+            if (not isinstance(var, Constant) or var in self._mapping or var.type.ndim == 0
+                    or np.shape(var.data)[:1] != (n,)):
+                continue
+            for r, arr in consts:
+                if arr is var.data or (arr.shape == np.shape(var.data)
+                                       and arr.dtype == var.data.dtype
+                                       and np.array_equal(arr, var.data)):
+                    self._mapping[var] = r.batch_input
+                    break
+        return {v for v in graph_inputs(list(outputs)) if v in self._mapping}
 
     def _rebuild(self, outputs, mapping, *, rebuild_all=False):
         """The loop of :meth:`to_batch` over the graph of ``outputs``, extending ``mapping``.

@@ -34,7 +34,8 @@ try:
 except ImportError:  # pragma: no cover
     from pytensor.graph.basic import ancestors
 
-__all__ = ["GLMSpec", "detect_glm", "glm_psi", "chunk_psi", "eta_is_affine", "SUPPORTED_TEXT"]
+__all__ = ["GLMSpec", "detect_glm", "glm_psi", "chunk_psi", "two_param_chunk_psi",
+           "eta_is_affine", "SUPPORTED_TEXT"]
 
 SUPPORTED_TEXT = (
     "bounds='auto' recognises one observed variable whose row terms depend on the step's "
@@ -46,10 +47,10 @@ SUPPORTED_TEXT = (
     "free variable; pm.Poisson(mu=pm.math.exp(eta)); pm.NegativeBinomial(mu=pm.math.exp(eta), "
     "alpha) and pm.Gamma with mean pm.math.exp(eta) and shape alpha fixed or a positive "
     "free variable (the last four and unknown scales need region bounds, the default). "
-    "For the one-parameter families (Bernoulli-logit and -probit, Poisson-log, Normal and "
-    "Student-t "
-    "with fixed scales) eta may also be affine in data-free parameter expressions only, "
-    "as in a non-centred hierarchical model, mu + tau * z[g] + X @ beta. "
+    "For Bernoulli-logit and -probit, Poisson-log, Normal and Student-t (scale fixed or "
+    "sampled) eta may also be affine in data-free parameter expressions only, "
+    "as in a non-centred hierarchical model, mu + tau * z[g] + X @ beta (and a sampled "
+    "scale may be sigma or sigma[g]). "
     "For any other model "
     "pass bounds=callable: bounds(order) -> array of N per-row "
     "constants psi_i >= sup |(order+1)-th partial derivatives of -log p(x_i | q)| over the "
@@ -318,20 +319,30 @@ def _two_param_psi(engine, spec, order, q_hat, chunk, whiten, radius):
         moved = [values(q_hat + eye[j], data) for j in range(d)]
         Je = np.column_stack([mv[0] - e0 for mv in moved])
         Js = np.column_stack([mv[1] - s0 for mv in moved])
-        # rounding margin: the differences of an affine function are exact
-        a = np.linalg.norm(Je @ whiten, axis=1) * (1.0 + 1e-7)
-        b = np.linalg.norm(Js @ whiten, axis=1) * (1.0 + 1e-7)
-        we = a * radius + 1e-9 * (1.0 + np.abs(e0))
-        ws = b * radius + 1e-9 * (1.0 + np.abs(s0))
-        # sub-boxes of width <= _PIECE_WIDTH (at most _MAX_PIECES per axis): interval
-        # evaluation's excess shrinks with the width; boxes narrow as N grows, so large
-        # data sets take one piece
-        pieces = tuple(int(min(_MAX_PIECES, max(1, math.ceil(2.0 * float(w.max()) / _PIECE_WIDTH))))
-                       for w in (we, ws))
-        G = local_sup2(spec.family, order + 1, e0 - we, e0 + we, s0 - ws, s0 + ws, y=y, nu=nu,
-                       pieces=pieces)
-        psi[start:stop] = path_constant(G, a, b)
+        psi[start:stop] = two_param_chunk_psi(spec.family, order, (Je, Js), (e0, s0), y,
+                                              whiten=whiten, radius=radius, nu=nu)
     return psi
+
+
+def two_param_chunk_psi(family, order, J, base, y, *, whiten, radius, nu=None):
+    """Path-bound constants ``M_i`` of a chunk of rows ``l(eta_i, s_i)`` (:func:`_two_param_psi`)
+    from the exact Jacobians ``J = (J^eta, J^s)`` of the affine ``eta`` and log scale and
+    their values ``base = (eta_hat, s_hat)`` at the centre; ``whiten`` is ``L``, ``radius``
+    the region's. Used in ``q`` and in the predictor coordinates alike."""
+    (Je, Js), (e0, s0) = J, base
+    # rounding margin: the differences of an affine function are exact
+    a = np.linalg.norm(Je @ whiten, axis=1) * (1.0 + 1e-7)
+    b = np.linalg.norm(Js @ whiten, axis=1) * (1.0 + 1e-7)
+    we = a * radius + 1e-9 * (1.0 + np.abs(e0))
+    ws = b * radius + 1e-9 * (1.0 + np.abs(s0))
+    # sub-boxes of width <= _PIECE_WIDTH (at most _MAX_PIECES per axis): interval
+    # evaluation's excess shrinks with the width; boxes narrow as N grows, so large
+    # data sets take one piece
+    pieces = tuple(int(min(_MAX_PIECES, max(1, math.ceil(2.0 * float(w.max()) / _PIECE_WIDTH))))
+                   for w in (we, ws))
+    G = local_sup2(family, order + 1, e0 - we, e0 + we, s0 - ws, s0 + ws, y=y, nu=nu,
+                   pieces=pieces)
+    return path_constant(G, a, b)
 
 
 def glm_psi(engine, spec: GLMSpec, order: int, q_hat, *, chunk: int = 65536,

@@ -18,6 +18,14 @@ closed-form quadratic ``G . (v - v_hat) + 1/2 (v - v_hat)' H (v - v_hat)`` with
 ``v``, however non-linear ``v(theta)`` is: the non-linearity stays in the data-free first
 factor of the factorised test, which is evaluated exactly.
 
+Rows with an unknown scale (Normal and Student-t with ``sigma`` sampled) depend on the
+parameters through two quantities, the linear predictor ``eta_i`` and the log scale
+``s_i``; both are affine in ``v`` (``s_i = b_i . v + c_i``: ``log sigma`` is one more
+parameter part, or a group's, ``log sigma[g_i]``). The expansion is then the joint
+second-order one in ``(eta_i, s_i)``, with sums ``G = sum_i (l_e a_i + l_s b_i)`` and
+``H = sum_i (l_ee a_i a_i' + l_es (a_i b_i' + b_i a_i') + l_ss b_i b_i')``
+(:func:`scale_row_loglik`, :func:`scale_remainder_difference`, :func:`scale_sums`).
+
 Nothing here imports PyMC or PyTensor.
 """
 
@@ -28,10 +36,13 @@ from scipy.special import expit, log_expit, log_ndtr
 
 from .bounds import probit_lambda
 
-__all__ = ["PREDICTOR_FAMILIES", "row_loglik", "remainder_difference", "predictor_sums"]
+__all__ = ["PREDICTOR_FAMILIES", "SCALE_FAMILIES", "row_loglik", "remainder_difference",
+           "predictor_sums", "scale_row_loglik", "scale_remainder_difference", "scale_sums"]
 
 #: families whose rows depend on the parameters through ``eta`` alone
 PREDICTOR_FAMILIES = ("bernoulli_logit", "bernoulli_probit", "poisson_log", "normal", "student_t")
+#: families whose rows depend on ``eta`` and a log scale ``s`` (location-scale, sigma sampled)
+SCALE_FAMILIES = ("normal_scale", "student_t_scale")
 
 
 def row_loglik(family: str, eta, y, params: dict, *, derivatives: int = 2):
@@ -106,4 +117,86 @@ def predictor_sums(family, y, params, eta_hat, A, order: int):
     _, d1, d2 = row_loglik(family, eta_hat, y, params)
     grad = A.T @ d1
     hess = (A * d2[:, None]).T @ A if order == 2 else None
+    return grad, hess
+
+
+def scale_row_loglik(family: str, eta, s, y, params: dict):
+    """``log p(y_i | eta_i, sigma_i = e^s_i)`` up to a constant per row, its gradient and
+    its Hessian in ``(eta, s)``.
+
+    With ``t = (y - eta) e^-s``, ``l = -s + H(t)`` (``H`` the log density of the standard
+    Normal, ``-t^2/2``, or Student-t with ``nu`` degrees of freedom,
+    ``-(nu+1)/2 log(1 + t^2/nu)``), and by the chain rule (``dt/d eta = -e^-s``,
+    ``dt/ds = -t``; the same partials as :func:`pymc_subsample.kernels.region.local_sup2`
+    bounds):
+
+    * ``l_e = -e^-s H1``, ``l_s = -1 - t H1``;
+    * ``l_ee = e^-2s H2``, ``l_es = e^-s (H1 + t H2)``, ``l_ss = t (H1 + t H2)``.
+
+    Normal: ``H1 = -t``, ``H2 = -1``. Student-t, ``D = nu + t^2``:
+    ``H1 = -(nu+1) t / D``, ``H2 = -(nu+1)(nu - t^2) / D^2``.
+
+    Parameters
+    ----------
+    family : {"normal_scale", "student_t_scale"}
+    eta, s, y : array_like
+        Location, log scale and response of each row (broadcast together).
+    params : dict
+        ``nu`` for the Student-t.
+
+    Returns
+    -------
+    tuple of ndarray
+        ``(l, l_e, l_s, l_ee, l_es, l_ss)``.
+    """
+    eta, s, y = np.broadcast_arrays(*(np.asarray(a, dtype=np.float64) for a in (eta, s, y)))
+    with np.errstate(over="ignore", invalid="ignore"):  # a far point: the test rejects it
+        return _scale_terms(family, eta, s, y, params)
+
+
+def _scale_terms(family, eta, s, y, params):
+    es = np.exp(-s)
+    t = (y - eta) * es
+    if family == "normal_scale":
+        h0, h1, h2 = -0.5 * t * t, -t, -np.ones_like(t)
+    elif family == "student_t_scale":
+        nu = float(np.ravel(params["nu"])[0])
+        d = nu + t * t
+        h0 = -0.5 * (nu + 1.0) * np.log1p(t * t / nu)
+        h1 = -(nu + 1.0) * t / d
+        h2 = -(nu + 1.0) * (nu - t * t) / (d * d)
+    else:
+        raise ValueError(
+            f"predictor coordinates with an unknown scale support the families {SCALE_FAMILIES}, "
+            f"got {family!r}.")
+    k = h1 + t * h2
+    return (h0 - s, -es * h1, -1.0 - t * h1, es * es * h2, es * k, t * k)
+
+
+def scale_remainder_difference(family, y, params, point, point_prop, point_hat, order: int):
+    """``D_i = R_i(v') - R_i(v)`` for rows with an unknown scale (module docstring):
+    :func:`remainder_difference` with the Taylor proxy of order ``order`` in
+    ``(eta_i, s_i)`` jointly. Each point is a pair ``(eta, s)`` of the rows' values."""
+    (e, s), (ep, sp), (eh, sh) = point, point_prop, point_hat
+    l0 = scale_row_loglik(family, e, s, y, params)[0]
+    l1 = scale_row_loglik(family, ep, sp, y, params)[0]
+    _, ge, gs, hee, hes, hss = scale_row_loglik(family, eh, sh, y, params)
+    de, ds, dep, dsp = e - eh, s - sh, ep - eh, sp - sh
+    taylor = ge * (ep - e) + gs * (sp - s)
+    if order == 2:
+        taylor = taylor + 0.5 * (hee * (dep * dep - de * de) + hss * (dsp * dsp - ds * ds)) + hes * (
+            dep * dsp - de * ds)
+    return -((l1 - l0) - taylor)
+
+
+def scale_sums(family, y, params, eta_hat, s_hat, A, B, order: int):
+    """One chunk's contribution to the proxy's sums for rows with an unknown scale:
+    ``G = sum_i l_e a_i + l_s b_i`` and (order 2) the Hessian ``H`` of the module
+    docstring (``A``, ``B``: the rows' ``a_i``, ``b_i``)."""
+    _, ge, gs, hee, hes, hss = scale_row_loglik(family, eta_hat, s_hat, y, params)
+    grad = A.T @ ge + B.T @ gs
+    hess = None
+    if order == 2:
+        cross = (A * hes[:, None]).T @ B
+        hess = (A * hee[:, None]).T @ A + (B * hss[:, None]).T @ B + cross + cross.T
     return grad, hess

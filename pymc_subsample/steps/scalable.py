@@ -12,7 +12,8 @@ import numpy as np
 import scipy.linalg as sla
 
 from ..center import center_at, find_center, parse_point
-from ..glm import SUPPORTED_TEXT, chunk_psi, detect_glm, eta_is_affine, glm_psi
+from ..glm import (SUPPORTED_TEXT, chunk_psi, detect_glm, eta_is_affine, glm_psi,
+                   two_param_chunk_psi)
 from ..kernels.control_variates import TaylorProxy
 from ..predictor import covered_predictor_map
 from ..proposals import SurrogateHMC
@@ -121,14 +122,16 @@ class ScalableMH(SubsampleStep):
 
     Notes
     -----
-    Predictor coordinates. When the linear predictor of a one-parameter GLM
-    (Bernoulli-logit, Poisson-log, Normal or Student-t with fixed scale) is not affine in
+    Predictor coordinates. When the linear predictor of a GLM (Bernoulli-logit or
+    -probit, Poisson-log, Normal or Student-t with a fixed or sampled scale) is not affine in
     the step's unconstrained variables but is affine in a few data-free parameter
     expressions, ``eta_i = a_i . v(q) + o_i`` (a non-centred hierarchical model:
     ``v = (beta, mu + tau * z)``), the Taylor control variates, the whitening, the region
     and the bound constants are taken in ``v`` (:mod:`pymc_subsample.predictor`), and
-    ``v`` is evaluated exactly at both points of every step. The factorisation of the
-    target, and hence exactness, is unchanged (Cornish et al. 2019, eq. 10 with the
+    ``v`` is evaluated exactly at both points of every step. A sampled scale adds its
+    parameter parts (``log sigma``, or ``log sigma`` per group) to ``v``; the rows are then
+    functions of ``(eta_i, log sigma_i)``, with path bounds over the box they can reach in
+    the region. The factorisation of the target, and hence exactness, is unchanged (Cornish et al. 2019, eq. 10 with the
     proxy expanded in ``v``).
 
     Sample stats per draw: ``accepted``, ``data_used`` (rows whose likelihood was
@@ -294,9 +297,15 @@ class ScalableMH(SubsampleStep):
         scale, ``bound_form="cornish"``) an affine predictor keeps the bounds in ``q``.
         """
         spec = self._glm_spec
-        if spec is None or spec.two_param:
+        if spec is None:
             return None
         whitened = self.bound_form == "whitened"
+        if spec.two_param:
+            # an affine eta and log scale keep the path bounds in q (glm_psi); otherwise
+            # the predictor coordinates (Normal and Student-t), or glm_psi's refusal
+            if not whitened or eta_is_affine(self.engine, spec, self.theta_hat):
+                return None
+            return covered_predictor_map(self.engine, spec, self.theta_hat)
         vmap = covered_predictor_map(self.engine, spec, self.theta_hat) if whitened else None
         if vmap is None and not eta_is_affine(self.engine, spec, self.theta_hat):
             if not whitened:
@@ -325,13 +334,17 @@ class ScalableMH(SubsampleStep):
         chol = np.linalg.cholesky(cov_v + ridge * np.eye(vmap.size))
         self._whiten_inv = sla.solve_triangular(chol, np.eye(vmap.size), lower=True)
         self.region = self._region_radius(vmap.size)
-        if self.region is None and spec.family == "poisson_log":
+        if self.region is None and (spec.family == "poisson_log" or vmap.scale):
             raise ValueError(
-                "ScalableMH: a Poisson likelihood with a log link needs region bounds "
-                "(region='auto' or a radius).")
+                f"ScalableMH: observed '{spec.observed}' ({spec.family}) has derivatives that "
+                "are unbounded over the whole space; it needs region bounds (region='auto' "
+                "or a radius).")
         nu, sigma = vmap.params.get("nu"), vmap.params.get("sigma")
 
         def psi_chunk(J, base, y, start, stop):
+            if vmap.scale:
+                return two_param_chunk_psi(spec.family, self.order, J, base, y, whiten=chol,
+                                           radius=self.region, nu=nu)
             return chunk_psi(spec, self.order, J, base, whiten=chol, radius=self.region,
                              y=y, sigma=sigma, nu=nu)
 
