@@ -8,6 +8,12 @@ theorem); the pass at the final iterate already gives ``sum_i grad log p(x_i | c
 stalls (a non-concave log posterior far from the mode) the search falls back to L-BFGS and
 one Hessian pass.
 
+For an ordinary GLM the steps pass a
+:class:`~pymc_subsample.predictor.PredictorLikelihood` instead of the engine: its passes
+use NumPy row terms, so no Hessian graph is compiled on first use, and since its Hessian
+pass costs about a gradient pass (``cheap_hessian``) the search takes exact Newton steps
+straight from the warm start.
+
 Nothing here imports PyMC: the functions take a
 :class:`~pymc_subsample.engine.LikelihoodEngine` (or any object with its
 ``full_loglik_hessian``, ``full_loglik``, ``full_loglik_grad``, ``prior_hessian``,
@@ -169,7 +175,9 @@ def find_center(engine, start=None, *, tol: float = 1e-5, max_iter: int = 40,
                                                  max_iter=max_iter)
         if q_warm is not None:
             q = q_warm
-        if ok_warm:  # Newton with the warm start's likelihood Hessian held fixed
+        # Newton with the warm start's likelihood Hessian held fixed: gradient passes,
+        # cheaper than Hessian passes unless the likelihood says they cost the same
+        if ok_warm and not getattr(engine, "cheap_hessian", False):
             h_warm = sums_warm[1]
 
             def grad_fixed_hess(x):

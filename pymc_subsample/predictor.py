@@ -55,7 +55,8 @@ try:
 except ImportError:  # pragma: no cover
     from pytensor.graph.basic import ancestors, graph_inputs, io_toposort
 
-__all__ = ["PredictorMap", "predictor_map", "covered_predictor_map", "curved_predictor_map"]
+__all__ = ["PredictorMap", "PredictorLikelihood", "predictor_map", "covered_predictor_map",
+           "curved_predictor_map", "affine_likelihood"]
 
 
 def _gather_parts(var):
@@ -248,6 +249,36 @@ class PredictorMap:
         return is_affine(lambda v: np.concatenate(np.atleast_2d(self.channels(v, data))),
                          v_hat, rng)
 
+    def jacobian(self, v, data):
+        """The rows' values at ``v`` (:meth:`channels`) and their exact Jacobian in ``v``
+        (columns ``eta(v + e_j) - eta(v)``: ``eta`` is affine in ``v``); pairs
+        ``(eta, s)``, ``(A, B)`` with a log scale."""
+        eye = np.eye(self.size)
+        base = self.channels(v, data)
+        moved = [self.channels(v + eye[j], data) for j in range(self.size)]
+        if self.scale:
+            return base, tuple(np.column_stack([m[k] - base[k] for m in moved]) for k in (0, 1))
+        return base, np.column_stack([m - base for m in moved])
+
+    def chunk_sums(self, v, data, order: int = 2, *, base=None, J=None):
+        """``(sum_i l_i, G, H)`` over the rows in ``data`` at ``v`` (``l_i`` up to a
+        constant per row; ``H`` None for ``order=1``)."""
+        if base is None:
+            base, J = self.jacobian(v, data)
+        y = self.y(data)
+        if self.scale:
+            return scale_sums(self.family, y, self.params, *base, *J, order, value=True)
+        return predictor_sums(self.family, y, self.params, base, J, order, value=True)
+
+    def chunk_loglik(self, v, data) -> float:
+        """``sum_i l_i`` over the rows in ``data`` at ``v`` (up to a constant per row)."""
+        y = self.y(data)
+        if self.scale:
+            return float(scale_row_loglik(self.family, *self.channels(v, data), y,
+                                          self.params)[0].sum())
+        return float(row_loglik(self.family, self.eta(v, data), y, self.params,
+                                derivatives=0)[0].sum())
+
     def data_pass(self, v_hat, order: int, chunk_psi, *, chunk: int = 65536):
         """One chunked pass: the proxy sums ``G``, ``H`` in ``v`` and the row constants.
 
@@ -256,22 +287,14 @@ class PredictorMap:
         scale, ``J`` and ``eta_hat`` are pairs: ``(A, B)`` and ``(eta_hat, s_hat)``.
         """
         eng, p = self.engine, self.size
-        eye = np.eye(p)
         grad = np.zeros(p)
         hess = np.zeros((p, p)) if order == 2 else None
         psi = np.empty(eng.n_rows)
         for start, stop in eng.row_ranges(chunk):
             data = eng.gather_slice(start, stop)
             y = self.y(data)
-            if self.scale:
-                base = self.channels(v_hat, data)
-                moved = [self.channels(v_hat + eye[j], data) for j in range(p)]
-                J = tuple(np.column_stack([m[k] - base[k] for m in moved]) for k in (0, 1))
-                g, h = scale_sums(self.family, y, self.params, *base, *J, order)
-            else:
-                base = self.eta(v_hat, data)
-                J = np.column_stack([self.eta(v_hat + eye[j], data) - base for j in range(p)])
-                g, h = predictor_sums(self.family, y, self.params, base, J, order)
+            base, J = self.jacobian(v_hat, data)
+            _, g, h = self.chunk_sums(v_hat, data, order, base=base, J=J)
             grad += g
             if hess is not None:
                 hess += h
@@ -279,6 +302,71 @@ class PredictorMap:
         if hess is not None:
             hess = 0.5 * (hess + hess.T)
         return grad, hess, psi
+
+
+class PredictorLikelihood:
+    """The log-likelihood of a GLM whose predictor coordinates are affine in ``q``
+    (``v = v0 + A (q - q0)``), with its gradient and Hessian in ``q`` from the NumPy row
+    terms (``A' G``, ``A' H A``): the duck-typed engine that
+    :func:`pymc_subsample.center.find_center` searches the mode with, in place of the
+    engine's compiled Hessian graph, whose compilation dominated a first use. The prior
+    and everything else come from the engine. Values are up to a constant (the same at
+    every point)."""
+
+    #: a Hessian pass costs about a gradient pass here (both need the rows' Jacobian), so
+    #: the mode search takes exact Newton steps from its warm start
+    cheap_hessian = True
+
+    def __init__(self, engine, vmap, q0):
+        self.engine, self.vmap = engine, vmap
+        q0 = np.asarray(q0, dtype=np.float64)
+        v0 = vmap.v(q0)
+        eye = np.eye(q0.size)
+        self.A = np.column_stack([vmap.v(q0 + eye[j]) - v0 for j in range(q0.size)])
+
+    def __getattr__(self, name):
+        return getattr(self.engine, name)
+
+    def _pass(self, q, order, chunks):
+        v = self.vmap.v(q)
+        total, grad, hess = 0.0, 0.0, 0.0
+        for data in chunks:
+            val, g, h = self.vmap.chunk_sums(v, data, order)
+            total, grad = total + val, grad + g
+            hess = hess + h if order == 2 else None
+        grad = self.A.T @ grad
+        return total, grad, (None if hess is None else self.A.T @ (0.5 * (hess + hess.T)) @ self.A)
+
+    def _chunks(self, chunk=65536):
+        eng = self.engine
+        return (eng.gather_slice(a, b) for a, b in eng.row_ranges(chunk))
+
+    def loglik_hessian(self, q, rows):
+        return self._pass(q, 2, [self.engine.gather(np.asarray(rows, dtype=np.int64))])
+
+    def loglik_sum(self, q, rows) -> float:
+        data = self.engine.gather(np.asarray(rows, dtype=np.int64))
+        return self.vmap.chunk_loglik(self.vmap.v(q), data)
+
+    def full_loglik(self, q) -> float:
+        v = self.vmap.v(q)
+        return float(sum(self.vmap.chunk_loglik(v, data) for data in self._chunks()))
+
+    def full_loglik_grad(self, q):
+        total, grad, _ = self._pass(q, 1, self._chunks())
+        return total, grad
+
+    def full_loglik_hessian(self, q):
+        return self._pass(q, 2, self._chunks())
+
+
+def affine_likelihood(engine, spec, q0):
+    """``(vmap, PredictorLikelihood)`` when ``spec``'s predictor coordinates cover it and
+    are affine in ``q`` about ``q0`` (an ordinary GLM), else ``(None, engine)``."""
+    vmap = covered_predictor_map(engine, spec, q0)
+    if vmap is None or not vmap.v_is_affine(q0):
+        return None, engine
+    return vmap, PredictorLikelihood(engine, vmap, q0)
 
 
 def predictor_map(engine, spec, *, curved_at=None) -> PredictorMap | None:

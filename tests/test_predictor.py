@@ -357,3 +357,56 @@ def test_per_row_scale_keeps_the_bounds_in_q():
     assert step._vmap is None and step.region is not None
     idata = run_sample(model, step, draws=200, tune=200, chains=1, seed=10)
     assert float(np.mean(sample_stats(idata)["data_used"].values)) < 0.05 * n
+
+
+@pytest.mark.parametrize("family", ["bernoulli_logit", "normal_scale"])
+def test_mode_search_in_predictor_coordinates_matches_the_engine(family):
+    """On an ordinary GLM (predictor coordinates affine in ``q``) the mode search runs on
+    the NumPy row terms (:class:`~pymc_subsample.predictor.PredictorLikelihood`): the same
+    mode and the same gradient and Hessian sums as with the engine's compiled Hessian,
+    and ScalableMH's set-up compiles neither that Hessian nor the full-data gradient
+    (their compilation dominated a first use)."""
+    import pymc as pm
+
+    import pymc_subsample as pms
+    from pymc_subsample.center import find_center
+    from pymc_subsample.glm import detect_glm
+    from pymc_subsample.predictor import PredictorLikelihood, affine_likelihood
+
+    rng = np.random.default_rng(15)
+    n = 50_000  # above twice the warm start's rows: both phases run
+    X = rng.standard_normal((n, 3))
+    eta = X @ np.array([0.5, -1.0, 0.25]) + 0.3
+    with pm.Model() as model:
+        b = pm.Normal("b", 0.0, 2.0, shape=3)
+        a = pm.Normal("a", 0.0, 2.0)
+        if family == "bernoulli_logit":
+            y = (rng.random(n) < 1.0 / (1.0 + np.exp(-eta))).astype(np.int64)
+            pm.Bernoulli("y", logit_p=a + pm.math.dot(X, b), observed=y)
+        else:
+            pm.Normal("y", a + pm.math.dot(X, b), pm.HalfNormal("sigma", 2.0),
+                      observed=eta + 1.5 * rng.standard_normal(n))
+    from pymc_subsample.engine import LikelihoodEngine
+
+    with model:
+        eng = LikelihoodEngine()
+    vmap, lik = affine_likelihood(eng, detect_glm(model), eng.initial_q())
+    assert isinstance(lik, PredictorLikelihood)
+    ours, ref = find_center(lik), find_center(eng)
+    assert ours.converged and ref.converged
+    # both stop within the Newton tolerance of the mode (different paths): 1% of an sd
+    sd = np.sqrt(np.diag(ref.laplace()[1]))
+    assert np.all(np.abs(ours.theta - ref.theta) < 0.01 * sd)
+    # at the same point, the same sums
+    _, g_ours, h_ours = lik.full_loglik_hessian(ref.theta)
+    np.testing.assert_allclose(g_ours, ref.loglik_grad, rtol=1e-6, atol=1e-4)
+    np.testing.assert_allclose(h_ours, ref.loglik_hess, rtol=1e-8)
+    assert abs(lik.full_loglik(ref.theta + 0.1 * sd) - lik.full_loglik(ref.theta)
+               - (eng.full_loglik(ref.theta + 0.1 * sd) - eng.full_loglik(ref.theta))) < 1e-6
+    with model, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        step = pms.ScalableMH()
+    assert step._vmap is not None and step._vmap.scale == (family == "normal_scale")
+    compiled = {k if isinstance(k, str) else k[0] for k in step.engine._compiled}
+    assert not compiled & {"sum_hess", "ll_sum_grad"}, compiled
+    assert np.all(np.abs(step.theta_hat - ref.theta) < 0.01 * sd)

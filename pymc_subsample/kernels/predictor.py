@@ -32,7 +32,7 @@ Nothing here imports PyMC or PyTensor.
 from __future__ import annotations
 
 import numpy as np
-from scipy.special import expit, log_expit, log_ndtr
+from scipy.special import log_expit, log_ndtr
 
 from .bounds import probit_lambda
 
@@ -63,9 +63,12 @@ def row_loglik(family: str, eta, y, params: dict, *, derivatives: int = 2):
     eta = np.asarray(eta, dtype=np.float64)
     y = np.asarray(y, dtype=np.float64)
     if family == "bernoulli_logit":
-        # log p = y eta - log(1 + e^eta) = y log s(eta) + (1 - y) log s(-eta)
-        l0 = y * log_expit(eta) + (1.0 - y) * log_expit(-eta)
-        s = expit(eta)
+        # log p = y eta - log(1 + e^eta) = log s(eta) - (1 - y) eta, s the logistic function
+        le = log_expit(eta)
+        l0 = le - (1.0 - y) * eta
+        if derivatives == 0:
+            return (l0,)
+        s = np.exp(le)
         out = (l0, y - s, -s * (1.0 - s))
     elif family == "bernoulli_probit":
         # log p = log Phi(s eta), s = 2 y - 1; lambda = phi / Phi, lambda' = -lambda (t + lambda)
@@ -111,13 +114,15 @@ def remainder_difference(family, y, params, eta, eta_prop, eta_hat, order: int) 
     return -((l[1] - l[0]) - taylor)
 
 
-def predictor_sums(family, y, params, eta_hat, A, order: int):
+def predictor_sums(family, y, params, eta_hat, A, order: int, *, value: bool = False):
     """One chunk's contribution to the proxy's data sums: ``G = sum_i l_i'(eta_hat_i) a_i``
-    and (order 2) ``H = sum_i l_i''(eta_hat_i) a_i a_i'`` (``A``: the rows' ``a_i``)."""
-    _, d1, d2 = row_loglik(family, eta_hat, y, params)
+    and (order 2) ``H = sum_i l_i''(eta_hat_i) a_i a_i'`` (``A``: the rows' ``a_i``).
+    With ``value``, ``(sum_i l_i, G, H)``: the log-likelihood up to a constant, its
+    gradient and Hessian in ``v`` (the mode search's Newton pass)."""
+    l0, d1, d2 = row_loglik(family, eta_hat, y, params)
     grad = A.T @ d1
     hess = (A * d2[:, None]).T @ A if order == 2 else None
-    return grad, hess
+    return (float(l0.sum()), grad, hess) if value else (grad, hess)
 
 
 def scale_row_loglik(family: str, eta, s, y, params: dict):
@@ -189,14 +194,15 @@ def scale_remainder_difference(family, y, params, point, point_prop, point_hat, 
     return -((l1 - l0) - taylor)
 
 
-def scale_sums(family, y, params, eta_hat, s_hat, A, B, order: int):
+def scale_sums(family, y, params, eta_hat, s_hat, A, B, order: int, *, value: bool = False):
     """One chunk's contribution to the proxy's sums for rows with an unknown scale:
     ``G = sum_i l_e a_i + l_s b_i`` and (order 2) the Hessian ``H`` of the module
-    docstring (``A``, ``B``: the rows' ``a_i``, ``b_i``)."""
-    _, ge, gs, hee, hes, hss = scale_row_loglik(family, eta_hat, s_hat, y, params)
+    docstring (``A``, ``B``: the rows' ``a_i``, ``b_i``); with ``value``, the sum of the
+    rows' ``l`` first (:func:`predictor_sums`)."""
+    l0, ge, gs, hee, hes, hss = scale_row_loglik(family, eta_hat, s_hat, y, params)
     grad = A.T @ ge + B.T @ gs
     hess = None
     if order == 2:
         cross = (A * hes[:, None]).T @ B
         hess = (A * hee[:, None]).T @ A + (B * hss[:, None]).T @ B + cross + cross.T
-    return grad, hess
+    return (float(l0.sum()), grad, hess) if value else (grad, hess)

@@ -15,7 +15,7 @@ from ..center import center_at, find_center, parse_point
 from ..glm import (SUPPORTED_TEXT, chunk_psi, detect_glm, eta_is_affine, glm_psi,
                    two_param_chunk_psi)
 from ..kernels.control_variates import TaylorProxy
-from ..predictor import covered_predictor_map
+from ..predictor import affine_likelihood, covered_predictor_map
 from ..proposals import SurrogateHMC
 from ..kernels.control_variates import residuals
 from ..kernels.phi import path_phi, taylor_phi, whitened_phi
@@ -242,10 +242,16 @@ class ScalableMH(SubsampleStep):
         # cheap checks first, before the mode search and the data pass
         self._check_likelihood_vars()
         self._glm_spec = self._check_bounds_arg()
+        # an ordinary GLM: the mode search's passes use the predictor coordinates' NumPy
+        # row terms instead of compiling the engine's Hessian graph
+        lik = eng
+        self._affine_vmap = None
+        if self._glm_spec is not None and self.bound_form == "whitened":
+            self._affine_vmap, lik = affine_likelihood(eng, self._glm_spec, eng.initial_q())
         if self._center_arg is None:
-            self.center = find_center(eng)
+            self.center = find_center(lik)
         else:
-            self.center = center_at(eng, parse_point(self._center_arg, eng, "center"))
+            self.center = center_at(lik, parse_point(self._center_arg, eng, "center"))
         self.theta_hat = self.center.theta
         self.proxy = self.center.proxy(self.order)
         gauss_mean, cov = self.center.laplace()
@@ -300,6 +306,9 @@ class ScalableMH(SubsampleStep):
         if spec is None:
             return None
         whitened = self.bound_form == "whitened"
+        if self._affine_vmap is not None and self._affine_vmap.check_affine(
+                self._affine_vmap.v(self.theta_hat)):
+            return self._affine_vmap  # found before the mode search (affine in q)
         if spec.two_param:
             # an affine eta and log scale keep the path bounds in q (glm_psi); otherwise
             # the predictor coordinates (Normal and Student-t), or glm_psi's refusal
