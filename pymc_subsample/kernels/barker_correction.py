@@ -327,7 +327,7 @@ class CorrectionDistribution:
 def default_correction() -> CorrectionDistribution:
     """The shipped correction table ``C_1`` (``sigma = 1``), loaded once and cached.
 
-    Rebuild it with ``python -m pymc_subsample.data.build_barker_correction``.
+    Rebuild it with ``python benchmarks/build_barker_correction.py`` (in the repository).
     """
     return CorrectionDistribution.from_file(DEFAULT_TABLE_PATH)
 

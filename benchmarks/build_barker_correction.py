@@ -2,10 +2,11 @@
 
 Computes the correction distribution ``C_1`` of Seita et al. (2017), Section 4 and
 Appendix C.1 (see :mod:`pymc_subsample.kernels.barker_correction` for the method), and
-writes it next to this script. Run either as::
+writes it where the package reads it (``pymc_subsample/data/barker_correction.npz``).
+Not a benchmark: the offline build of a data file, kept out of the installed package.
+Run from the repository::
 
-    python -m pymc_subsample.data.build_barker_correction
-    python pymc_subsample/data/build_barker_correction.py
+    python benchmarks/build_barker_correction.py
 
 Options override :data:`~pymc_subsample.kernels.barker_correction.DEFAULT_BUILD_SETTINGS`;
 ``--output`` writes elsewhere (e.g. to compare a rebuild with the shipped file).
@@ -18,8 +19,8 @@ import sys
 import time
 from pathlib import Path
 
-if __package__ in (None, ""):  # run as a file: make the repository importable
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+# run as a file from a checkout: make the repository importable
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from pymc_subsample.kernels.barker_correction import (  # noqa: E402
     DEFAULT_BUILD_SETTINGS,
