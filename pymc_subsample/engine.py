@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import math
 
 from dataclasses import dataclass, field
 
@@ -36,6 +37,7 @@ from pytensor.tensor.exceptions import NotScalarConstantError
 from pytensor.tensor.shape import SpecifyShape
 
 import pymc as pm
+from pymc.logprob.utils import ParameterValueError
 from pymc.pytensorf import join_nonshared_inputs, make_shared_replacements
 from pymc.data import MinibatchIndexRV
 from pymc.util import get_value_vars_from_user_vars
@@ -883,7 +885,14 @@ class LikelihoodEngine:
         """``sum_i l_i`` over all N rows (the exact MH log-likelihood ratio), in chunks."""
         q = np.asarray(q, dtype=np.float64)
         q2 = np.asarray(q_prop, dtype=np.float64)
-        return float(sum(float(self._fn("ll_diff")(q, q2, *d).sum()) for d in self._chunks(chunk)))
+        try:
+            return float(sum(float(self._fn("ll_diff")(q, q2, *d).sum())
+                             for d in self._chunks(chunk)))
+        except ParameterValueError:
+            # a parameter outside its support (e.g. a scale that underflowed to 0 at a
+            # far proposal): PyMC 6's compiled checks raise where PyMC 5's give -inf;
+            # the current point is in the support, so the ratio is -inf (reject)
+            return -math.inf
 
     def full_loglik_grad(self, q, *, chunk: int = _DEFAULT_CHUNK):
         """Sum of all rows' log-likelihood and its gradient, in chunks."""

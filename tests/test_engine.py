@@ -946,3 +946,22 @@ def test_pymc_minibatch_models_are_refused_with_what_to_do(form):
         with pytest.raises(ModelNotSupportedError,
                            match="'y_obs' uses pm.Minibatch or total_size=.*all N rows"):
             LikelihoodEngine()
+
+
+def test_full_loglik_diff_is_minus_inf_outside_the_support():
+    """A far proposal whose scale underflows to 0 gives a log ratio of -inf (rejected) on
+    both PyMC versions: PyMC 6's compiled parameter checks raise where PyMC 5's return
+    -inf (the broken-sampler check met this in the full-data fallback)."""
+    import pymc as pm
+
+    rng = np.random.default_rng(3)
+    with pm.Model():
+        mu = pm.Normal("mu", 0.0, 1.0)
+        sigma = pm.HalfNormal("sigma", 1.0)
+        pm.Normal("y", mu, sigma, observed=rng.normal(size=50))
+        eng = LikelihoodEngine()
+    q = eng.initial_q()
+    far = q.copy()
+    far[[v.name for v in eng.vars].index("sigma_log__")] = -800.0  # exp(-800) == 0.0
+    assert eng.full_loglik_diff(q, far) == -np.inf
+    assert np.isfinite(eng.full_loglik_diff(q, q + 0.1))
