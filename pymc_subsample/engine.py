@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import math
 
 from dataclasses import dataclass, field
 
@@ -37,7 +36,6 @@ from pytensor.tensor.exceptions import NotScalarConstantError
 from pytensor.tensor.shape import SpecifyShape
 
 import pymc as pm
-from pymc.logprob.utils import ParameterValueError
 from pymc.pytensorf import join_nonshared_inputs, make_shared_replacements
 from pymc.data import MinibatchIndexRV
 from pymc.util import get_value_vars_from_user_vars
@@ -523,9 +521,14 @@ class LikelihoodEngine:
         """``pytensor.function(inputs, outputs)`` for the sampling loop and the data passes:
         :func:`compile_mode` unless the step's ``compile_kwargs`` say otherwise (PyMC's
         convention, e.g. ``compile_kwargs={"mode": "NUMBA"}``); ``overrides`` win over
-        both. Inputs are trusted."""
+        both. Inputs are trusted. As in ``pymc.pytensorf.compile``, a parameter outside
+        its support gives a log density of -inf instead of raising (PyMC's
+        ``local_check_parameter_to_ninf_switch``, whatever the mode): a far proposal is
+        rejected, not an error."""
         kwargs = {"mode": compile_mode(), "on_unused_input": "ignore", **self.compile_kwargs,
                   **overrides}
+        kwargs["mode"] = pytensor.compile.mode.get_mode(kwargs["mode"]).including(
+            "local_check_parameter_to_ninf_switch")
         f = pytensor.function(inputs, outputs, **kwargs)
         f.trust_input = True
         return f
@@ -885,14 +888,7 @@ class LikelihoodEngine:
         """``sum_i l_i`` over all N rows (the exact MH log-likelihood ratio), in chunks."""
         q = np.asarray(q, dtype=np.float64)
         q2 = np.asarray(q_prop, dtype=np.float64)
-        try:
-            return float(sum(float(self._fn("ll_diff")(q, q2, *d).sum())
-                             for d in self._chunks(chunk)))
-        except ParameterValueError:
-            # a parameter outside its support (e.g. a scale that underflowed to 0 at a
-            # far proposal): PyMC 6's compiled checks raise where PyMC 5's give -inf;
-            # the current point is in the support, so the ratio is -inf (reject)
-            return -math.inf
+        return float(sum(float(self._fn("ll_diff")(q, q2, *d).sum()) for d in self._chunks(chunk)))
 
     def full_loglik_grad(self, q, *, chunk: int = _DEFAULT_CHUNK):
         """Sum of all rows' log-likelihood and its gradient, in chunks."""
