@@ -110,6 +110,7 @@ def check_real(
     closed: str = "neither",
     strict: bool = False,
     owner: str | None = None,
+    interval_text: str | None = None,
 ) -> float:
     """``value`` as a ``float`` in the interval from ``low`` to ``high``, or ``ValueError``.
 
@@ -122,8 +123,10 @@ def check_real(
         Interval ends (``math.inf`` allowed; NaN always fails).
     closed : {"neither", "left", "right", "both"}
         Which ends belong to the interval.
+    interval_text : str, optional
+        How the message shows the interval (e.g. ``"(0, pi/sqrt(3))"``).
     """
-    interval = _interval(low, high, closed)
+    interval = _interval(low, high, closed) if interval_text is None else interval_text
     what = f"a number in {interval}" if owner is None else f"a number in the range {interval}"
     if strict and not is_real(value):
         raise _fail(name, value, what, owner)
