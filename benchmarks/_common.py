@@ -23,3 +23,4 @@ def ess(x, *, constant=None) -> float:
     if constant is not None and np.ptp(x) == 0:
         return float(constant)
     return float(az.ess(x, method="mean"))
+

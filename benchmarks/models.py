@@ -407,6 +407,59 @@ def linear_model_exact(n=10**5, d=5, seed=3, sigma=1.0, prior_sd=10.0):
 # ---------------------------------------------------------------------------------------
 
 
+class NumpyPosterior:
+    """A NumPy log posterior in the form :func:`pymc_subsample.center.find_center` reads.
+
+    ``find_center`` takes a likelihood engine (duck-typed); this gives it the methods it
+    calls for a posterior written in NumPy: ``logp_hessian(q) -> (value, grad, hess)`` of
+    the whole log posterior stands for the likelihood sums, with a flat "prior" (the
+    search only ever uses their sum). No warm start on a subsample (``n_rows = 0``).
+    """
+
+    n_rows = 0
+
+    def __init__(self, ndim, logp_hessian):
+        self.ndim = int(ndim)
+        self._logp_hessian = logp_hessian
+
+    def initial_q(self):
+        return np.zeros(self.ndim)
+
+    def full_loglik_hessian(self, q):
+        return self._logp_hessian(q)
+
+    def full_loglik_grad(self, q):
+        value, grad, _ = self._logp_hessian(q)
+        return value, grad
+
+    def full_loglik(self, q):
+        return self._logp_hessian(q)[0]
+
+    def prior_hessian(self, q):
+        return 0.0, np.zeros(self.ndim), np.zeros((self.ndim, self.ndim))
+
+    def prior_and_grad(self, q):
+        return 0.0, np.zeros(self.ndim)
+
+    def prior(self, q):
+        return 0.0
+
+
+def posterior_mode(ndim, logp_hessian, *, start=None, tol=1e-10):
+    """Posterior mode and inverse negative Hessian (the Laplace approximation) by the
+    package's own mode search, :func:`pymc_subsample.center.find_center` (damped Newton,
+    L-BFGS fallback), on a NumPy log posterior ``logp_hessian(q) -> (value, grad, hess)``.
+
+    Returns the Laplace mean (the converged centre plus one more Newton step) and the
+    covariance there."""
+    from pymc_subsample.center import find_center
+
+    center = find_center(NumpyPosterior(ndim, logp_hessian), start, tol=tol, warm_rows=None)
+    if not center.converged:
+        raise RuntimeError(f"the mode search did not converge ({center.method}).")
+    return center.laplace()
+
+
 class _GLMTarget:
     """Unnormalised log posterior of ``y_i ~ family(x_i . beta)``, ``beta ~ N(0, prior_sd^2)``
     in NumPy, written independently of PyMC, evaluated for many ``beta`` at once and in
@@ -450,24 +503,9 @@ class _GLMTarget:
         return out
 
     def mode(self):
-        """Posterior mode (L-BFGS, then Newton polishing) and inverse negative Hessian."""
-        import scipy.optimize
-
-        def f(b):
-            lp, g, _ = self.grad_hess(b)
-            return -lp, -g
-
-        res = scipy.optimize.minimize(
-            f, np.zeros(self.X.shape[1]), jac=True, method="L-BFGS-B",
-            options={"maxiter": 5000, "gtol": 1e-10},
-        )
-        beta = res.x
-        for _ in range(3):  # Newton polish: quadratic convergence near the mode
-            _, g, h = self.grad_hess(beta)
-            beta = beta + np.linalg.solve(-h, g)
-        _, _, h = self.grad_hess(beta)
-        cov = np.linalg.inv(-0.5 * (h + h.T))
-        return beta, 0.5 * (cov + cov.T)
+        """Posterior mode and inverse negative Hessian (the package's mode search,
+        :func:`pymc_subsample.center.find_center`, on this NumPy log posterior)."""
+        return posterior_mode(self.X.shape[1], self.grad_hess)
 
 
 class _HierTarget:
@@ -524,23 +562,20 @@ class _HierTarget:
         gr[2 + self.G :] += self.X.T @ r
         return gr
 
-    def mode(self):
-        import scipy.optimize
-
-        th0 = np.zeros(self.d)
-        res = scipy.optimize.minimize(
-            lambda t: -self.logp_many(t)[0], th0, jac=lambda t: -self.grad(t),
-            method="L-BFGS-B", options={"maxiter": 5000, "gtol": 1e-8},
-        )
-        th = res.x
+    def hessian(self, th, eps=1e-5):
+        """Hessian by central differences of the analytic gradient (symmetrised)."""
         h = np.empty((self.d, self.d))
-        eps = 1e-5
         for j in range(self.d):
             e = np.zeros(self.d)
             e[j] = eps
             h[:, j] = (self.grad(th + e) - self.grad(th - e)) / (2 * eps)
-        cov = np.linalg.inv(-0.5 * (h + h.T))
-        return th, 0.5 * (cov + cov.T)
+        return 0.5 * (h + h.T)
+
+    def mode(self):
+        """Posterior mode and inverse negative Hessian (the package's mode search,
+        :func:`pymc_subsample.center.find_center`, on this NumPy log posterior)."""
+        return posterior_mode(
+            self.d, lambda t: (float(self.logp_many(t)[0]), self.grad(t), self.hessian(t)))
 
 
 def _pareto_khat(logw):

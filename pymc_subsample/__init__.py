@@ -18,7 +18,7 @@ _LAZY = {
     "AustereMH": "pymc_subsample.steps.austere",
     "BarkerMinibatch": "pymc_subsample.steps.barker",
     "ScalableMH": "pymc_subsample.steps.scalable",
-    "design_austerity_test": "pymc_subsample.design",
+    "design_austerity_test": "pymc_subsample.kernels.austere_design",
     "datasets": "pymc_subsample.datasets",
     "diagnostics": "pymc_subsample.diagnostics",
     "proposals": "pymc_subsample.proposals",

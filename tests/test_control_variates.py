@@ -417,7 +417,7 @@ def test_stored_gradients_keep_their_sum_and_reset():
 def test_importance_sampled_terms_are_unbiased():
     """mean of t_i / (N p_i) over i.i.d. rows from p estimates (1/N) sum t_i."""
     from pymc_subsample.kernels.rows import ImportanceSampler
-    from pymc_subsample.kernels.thinning import AliasTable
+    from pymc_subsample.kernels.alias import AliasTable
 
     rng = np.random.default_rng(9)
     n = 400
@@ -438,7 +438,7 @@ def test_importance_sampled_terms_are_unbiased():
 def test_austere_kernel_iid_mode_takes_the_exact_sum_at_n_draws():
     from pymc_subsample.kernels.austere import austere_test
     from pymc_subsample.kernels.rows import ImportanceSampler
-    from pymc_subsample.kernels.thinning import AliasTable
+    from pymc_subsample.kernels.alias import AliasTable
 
     rng = np.random.default_rng(10)
     l = rng.normal(0, 1, 300)

@@ -13,13 +13,9 @@ import numpy as np
 import pytest
 from scipy import special
 
-from pymc_subsample.design import (
-    AusterityDesign,
-    design_austerity_test,
-    sequential_test_dp,
-    sequential_test_error,
-    standardized_mean,
-)
+from pymc_subsample.kernels.austere_design import AusterityDesign, design_austerity_test
+from pymc_subsample.kernels.austere_dp import sequential_test_dp, sequential_test_error
+from pymc_subsample.kernels.austere_error import standardized_mean
 from pymc_subsample.kernels.austere import austere_test
 
 

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from scipy import special
 
-from pymc_subsample.design import sequential_test_dp
+from pymc_subsample.kernels.austere_dp import sequential_test_dp
 from pymc_subsample.kernels.austere import AustereResult, austere_test, clt_check
 from pymc_subsample.kernels.rows import RowSampler
 
@@ -359,14 +359,15 @@ def test_clt_check_thresholds_documented_false_alarm_rate():
 def test_kernels_do_not_import_pymc_or_pytensor():
     code = (
         "import sys\n"
-        "import pymc_subsample.kernels.austere, pymc_subsample.design\n"
+        "import pymc_subsample.kernels.austere, pymc_subsample.kernels.austere_design\n"
         "bad = [m for m in sys.modules if m in ('pymc', 'pytensor', 'arviz') "
         "or m.startswith(('pymc.', 'pytensor.', 'arviz.'))]\n"
         "assert not bad, bad\n"
     )
     env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT, env=env)
-    for path in ("pymc_subsample/kernels/austere.py", "pymc_subsample/design.py"):
+    for path in ("pymc_subsample/kernels/austere.py", "pymc_subsample/kernels/austere_design.py",
+                 "pymc_subsample/kernels/austere_dp.py", "pymc_subsample/kernels/austere_error.py"):
         src = (ROOT / path).read_text()
         for line in src.splitlines():
             s = line.strip()

@@ -18,8 +18,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ._validation import check_choice, check_int, check_real
 from .barker_correction import CorrectionDistribution, default_correction
 from .rows import RowSampler
+from .streaming import batch_moments, merge_moments
 
 __all__ = ["BarkerResult", "barker_test", "clt_error_bound", "BE_CONST_3", "BE_CONST_1"]
 
@@ -123,40 +125,15 @@ def _abs_moments(l: np.ndarray, mean: float, sd: float) -> tuple[float, float]:
     return m1 / l.size, float(d3.sum()) / l.size
 
 
-def _is_int(x) -> bool:
-    return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
-
-
-def _is_real(x) -> bool:
-    return isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, (bool, np.bool_))
-
-
 def _check_args(n_total, batch_size, batch_increment, delta, temperature):
-    if not _is_int(n_total) or n_total < 1:
-        raise ValueError(
-            f"The 'n_total' parameter of barker_test must be an int in the range [1, inf). "
-            f"Got {n_total!r} instead."
-        )
-    if not _is_int(batch_size) or not 1 <= batch_size <= n_total:
-        raise ValueError(
-            f"The 'batch_size' parameter of barker_test must be an int in the range "
-            f"[1, n_total={n_total}]. Got {batch_size!r} instead."
-        )
-    if batch_increment is not None and (not _is_int(batch_increment) or batch_increment < 1):
-        raise ValueError(
-            f"The 'batch_increment' parameter of barker_test must be None or an int in the "
-            f"range [1, inf). Got {batch_increment!r} instead."
-        )
-    if not _is_real(delta) or not delta > 0:
-        raise ValueError(
-            f"The 'delta' parameter of barker_test must be a float in the range (0, inf]. "
-            f"Got {delta!r} instead."
-        )
-    if not _is_real(temperature) or not 0 < temperature < math.inf:
-        raise ValueError(
-            f"The 'temperature' parameter of barker_test must be a float in the range "
-            f"(0, inf). Got {temperature!r} instead."
-        )
+    own = "barker_test"
+    check_int("n_total", n_total, 1, strict=True, owner=own)
+    check_int("batch_size", batch_size, 1, maximum=n_total, maximum_text=f"n_total={n_total}",
+              strict=True, owner=own)
+    if batch_increment is not None:
+        check_int("batch_increment", batch_increment, 1, strict=True, owner=own)
+    check_real("delta", delta, 0.0, math.inf, closed="right", strict=True, owner=own)
+    check_real("temperature", temperature, 0.0, math.inf, strict=True, owner=own)
 
 
 def barker_test(
@@ -278,11 +255,7 @@ def barker_test(
     """
     if check:
         _check_args(n_total, batch_size, batch_increment, delta, temperature)
-        if error not in ("acceptance", "lemma3"):
-            raise ValueError(
-                f"The 'error' parameter of barker_test must be 'acceptance' or 'lemma3'. "
-                f"Got {error!r} instead."
-            )
+        check_choice("error", error, ("acceptance", "lemma3"), owner="barker_test")
     o1 = float(log_ratio_o1)
     if not math.isfinite(o1):
         bad = o1 != -math.inf
@@ -304,9 +277,8 @@ def barker_test(
     buf = np.empty(min(N, max(int(batch_size), 256)), dtype=np.float64)
     n = 0
     n_batches = 0
-    shift = 0.0  # shifted sums for a stable running variance
-    s1 = 0.0
-    s2 = 0.0
+    mean = 0.0  # running mean and sum of squared deviations of the terms
+    m2 = 0.0
     m = int(batch_size)
     while True:
         rows = sampler.draw(m)
@@ -325,18 +297,15 @@ def barker_test(
             new[:n] = buf[:n]
             buf = new
         buf[n : n + k] = lt
-        if not math.isfinite(float(lt.sum())):  # some l_i is +-inf or nan: reject
+        lsum = float(lt.sum())
+        if not math.isfinite(lsum):  # some l_i is +-inf or nan: reject
             bad = bool(np.isnan(lt).any() or np.isposinf(lt).any())
             if not bad and not np.isneginf(lt).any():
                 bad = True  # finite terms whose sum overflowed
             total = -math.inf if not bad else math.nan
             return BarkerResult(False, n + k, n_batches, 0.0, 0.0, not bad, total, nonfinite=bad)
-        if n == 0:
-            shift = float(lt[0])
-        dev = lt - shift
-        s1 += float(dev.sum())
-        s2 += float(np.sum(dev * dev))  # not np.dot: see _abs_moments
-        n += k
+        bmean, bm2 = batch_moments(lt, lsum)
+        n, mean, m2 = merge_moments(n, mean, m2, k, bmean, bm2)
 
         if n >= N:  # all rows: exact Barker test, Equation (10)
             delta_exact = float(buf[:n].sum()) + o1
@@ -345,7 +314,7 @@ def barker_test(
                                 delta_exact, noise=x_log)
 
         if n >= 2:
-            var_l = max(s2 - s1 * s1 / n, 0.0) / (n - 1)
+            var_l = m2 / (n - 1)
             s2_delta = N * N * (1.0 - n / N) * var_l / n
             # m3 >= ((n-1)/n)^1.5 (power means), which gives a lower bound of eps:
             # skip the O(n) moment pass while that lower bound already exceeds delta.
@@ -355,7 +324,6 @@ def barker_test(
             else:
                 eps_lo = BE_CONST_3 * m3_lo
             if s2_delta < sigma2 and var_l > 0.0 and eps_lo <= delta:
-                mean = shift + s1 / n
                 m1, m3 = _abs_moments(buf[:n], mean, math.sqrt(var_l))
                 lemma3 = (BE_CONST_3 * m3 + BE_CONST_1 * m1) / math.sqrt(n)
                 if error == "acceptance":

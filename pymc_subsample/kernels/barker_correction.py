@@ -63,6 +63,8 @@ from pathlib import Path
 import numpy as np
 from scipy.special import expit, ndtr
 
+from ._validation import check_choice, check_real, is_int
+
 __all__ = [
     "CorrectionDistribution",
     "build_correction",
@@ -334,10 +336,11 @@ def default_correction() -> CorrectionDistribution:
 
 # ---------------------------------------------------------------------- building
 def _check_grid(half_width: float, n_points: int) -> float:
-    if not (isinstance(n_points, (int, np.integer)) and n_points >= 5 and n_points % 2 == 1):
-        raise ValueError(f"n_points must be an odd int >= 5 (0 must be a cell centre); got {n_points!r}.")
-    if not half_width > 0:
-        raise ValueError(f"half_width must be positive; got {half_width!r}.")
+    if not (is_int(n_points) and n_points >= 5 and n_points % 2 == 1):
+        raise ValueError(
+            f"n_points must be an odd int >= 5 (0 must be a cell centre), got {n_points!r}."
+        )
+    check_real("half_width", half_width, 0.0, np.inf, closed="right")
     return 2.0 * half_width / (n_points - 1)
 
 
@@ -468,19 +471,15 @@ def build_correction(
     -------
     CorrectionDistribution
     """
-    if not 0 < sigma < np.pi / np.sqrt(3.0):
-        raise ValueError(f"sigma must be in (0, pi/sqrt(3)); got {sigma!r}.")
+    check_real("sigma", sigma, 0.0, np.pi / np.sqrt(3.0), interval_text="(0, pi/sqrt(3))")
+    check_choice("method", method, ("minimax", "lstsq"))
     settings = dict(method=method, half_width=float(half_width), n_points=int(n_points), sigma=float(sigma))
     if method == "lstsq":
-        if not lam > 0:
-            raise ValueError(f"lam must be positive; got {lam!r}.")
+        check_real("lam", lam, 0.0, np.inf, closed="right")
         lo, h, probs = _build_lstsq(half_width, n_points, sigma, lam)
         settings["lam"] = float(lam)
     elif method == "minimax":
-        if not tol > 0:
-            raise ValueError(f"tol must be positive; got {tol!r}.")
+        check_real("tol", tol, 0.0, np.inf, closed="right")
         lo, h, probs = _build_minimax(half_width, n_points, sigma, tol, x_max, dx)
         settings.update(tol=float(tol), x_max=float(x_max), dx=float(dx))
-    else:
-        raise ValueError(f"method must be 'minimax' or 'lstsq'; got {method!r}.")
     return CorrectionDistribution(lo=lo, h=h, probs=probs, sigma=sigma, settings=settings)

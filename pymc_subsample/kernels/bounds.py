@@ -30,6 +30,8 @@ import math
 import numpy as np
 from scipy.special import log_ndtr
 
+from ._validation import check_finite_positive
+
 __all__ = [
     "FAMILIES",
     "glm_bound_constants",
@@ -79,13 +81,7 @@ _PROBIT_SUP3 = 0.29571881919312326 * (1.0 + 1e-6)
 
 
 def _positive(name: str, value, family: str) -> float:
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        raise TypeError(f"{family}: parameter {name} must be a number, got {value!r}.") from None
-    if not (v > 0.0 and math.isfinite(v)):
-        raise ValueError(f"{family}: parameter {name} must be finite and > 0, got {value!r}.")
-    return v
+    return check_finite_positive(name, value, label=f"{family}: parameter {name}")
 
 
 def _check_params(family: str, params: dict, allowed: tuple[str, ...]) -> None:

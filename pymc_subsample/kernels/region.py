@@ -5,7 +5,7 @@ ScalableMH's default bounds hold on a *region* around ``theta_hat``: the whitene
 current and the proposed point both lie in it, so does the segment between them, and row
 ``i``'s linear predictor stays in ``[eta_hat_i - s_i R, eta_hat_i + s_i R]``
 (``s_i = ||J_i L||``, Cauchy-Schwarz). The constant of the whitened bound
-(:func:`pymc_subsample.kernels.thinning.whitened_phi`) then only needs the supremum of
+(:func:`pymc_subsample.kernels.phi.whitened_phi`) then only needs the supremum of
 ``|f_i^(k+1)|`` over that interval, not over the whole line: much smaller for rows whose
 fitted predictor lies in a tail (logistic regression), and finite for likelihoods whose
 derivatives are unbounded (Poisson with a log link). Pairs with a point outside the ball

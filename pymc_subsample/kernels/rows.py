@@ -121,7 +121,7 @@ class ImportanceSampler:
     Parameters
     ----------
     table : AliasTable
-        Built once over the weights (:class:`~pymc_subsample.kernels.thinning.AliasTable`).
+        Built once over the weights (:class:`~pymc_subsample.kernels.alias.AliasTable`).
     rng : numpy.random.Generator
     """
 

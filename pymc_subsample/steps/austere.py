@@ -9,7 +9,8 @@ import numbers
 
 import numpy as np
 
-from ..design import design_austerity_test, sequential_test_dp
+from ..kernels.austere_design import design_austerity_test
+from ..kernels.austere_dp import sequential_test_dp
 from ..kernels.austere import austere_test, clt_check
 from .base import GROWING_STATS, GrowingBatchStep
 

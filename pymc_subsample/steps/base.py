@@ -37,7 +37,7 @@ from ..kernels.control_variates import (
     residuals,
 )
 from ..kernels.rows import ImportanceSampler, RowSampler
-from ..kernels.thinning import AliasTable
+from ..kernels.alias import AliasTable
 from ..predictor import curved_predictor_map
 from ..proposals import Langevin, SurrogateHMC, as_proposal
 

@@ -19,7 +19,8 @@ from ..predictor import affine_likelihood, covered_predictor_map
 from ..proposals import SurrogateHMC
 from ..kernels.control_variates import residuals
 from ..kernels.phi import path_phi, taylor_phi, whitened_phi
-from ..kernels.thinning import AliasTable, smh_test
+from ..kernels.alias import AliasTable
+from ..kernels.smh import smh_test
 from .base import BASE_STATS, SubsampleStep
 
 __all__ = ["ScalableMH"]
@@ -86,7 +87,7 @@ class ScalableMH(SubsampleStep):
         How ``lambda_i <= phi * psi_i`` is formed. ``"cornish"``: eq. 12-13 of Cornish et
         al. (2019), ``phi`` from L1 distances to ``theta_hat`` and ``psi_i`` from
         ``max_j |x_ij|``. ``"whitened"`` (the default with ``bounds="auto"``): the
-        tighter bound of :func:`~pymc_subsample.kernels.thinning.whitened_phi`, with
+        tighter bound of :func:`~pymc_subsample.kernels.phi.whitened_phi`, with
         distances whitened by the Laplace covariance and a sharp supremum over directions;
         with the region bounds below, 0.80 instead of 6.1 rows per step (order 2) and 29
         instead of 273 (order 1, factorised test) on a 10-feature logistic regression at
