@@ -40,7 +40,7 @@ from __future__ import annotations
 import difflib
 from typing import Any
 
-from .adaptation import _RobbinsMonro, _TunedScalar, _Welford
+from .adaptation import _RobbinsMonro, _TunedScalar, shrunk_covariance
 from .base import _MALA_OPTIMAL, _RW_OPTIMAL, Proposal, _CovFactor
 from .hmc import _MASS_WINDOW, SurrogateHMC
 from .langevin import Langevin

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from .validation import _check_target, _positive_scalar
+from ..kernels.streaming import RunningMoments
 
 
 class _RobbinsMonro:
@@ -111,31 +112,17 @@ class _TunedScalar:
         self._freeze_scalar()
 
 
-class _Welford:
-    """Running mean and covariance of tuning states (Welford's algorithm)."""
-
-    def __init__(self, ndim):
-        self.n = 0
-        self.mean = np.zeros(ndim)
-        self.m2 = np.zeros((ndim, ndim))
-
-    def add(self, q):
-        q = np.asarray(q, dtype=np.float64).reshape(-1)
-        self.n += 1
-        delta = q - self.mean
-        self.mean += delta / self.n
-        self.m2 += np.outer(delta, q - self.mean)
-
-    def covariance(self, min_n):
-        """The window's covariance, shrunk towards its diagonal (``n / (n + 5)``, as
-        Stan regularises its metric), or None with fewer than ``min_n`` states or a
-        dimension that never moved."""
-        if self.n < min_n:
-            return None
-        S = self.m2 / (self.n - 1)
-        diag = np.diag(S).copy()
-        if not np.all(np.isfinite(diag)) or np.any(diag <= 0.0):
-            return None
-        S = (self.n / (self.n + 5.0)) * 0.5 * (S + S.T)
-        S[np.diag_indices_from(S)] = diag + 1e-3 * (5.0 / (self.n + 5.0)) * diag
-        return S
+def shrunk_covariance(window: RunningMoments, min_n: int):
+    """The covariance of a window of tuning states (a vector
+    :class:`~pymc_subsample.kernels.streaming.RunningMoments`), shrunk towards its
+    diagonal (``n / (n + 5)``, as Stan regularises its metric), or None with fewer than
+    ``min_n`` states or a dimension that never moved."""
+    if window.n < min_n:
+        return None
+    S = window.m2 / (window.n - 1)
+    diag = np.diag(S).copy()
+    if not np.all(np.isfinite(diag)) or np.any(diag <= 0.0):
+        return None
+    S = (window.n / (window.n + 5.0)) * 0.5 * (S + S.T)
+    S[np.diag_indices_from(S)] = diag + 1e-3 * (5.0 / (window.n + 5.0)) * diag
+    return S

@@ -113,15 +113,12 @@ class Proposal(ABC):
 
     Attributes
     ----------
-    symmetric : bool
-        True when ``log_ratio`` is always 0 (lets a step skip adding it).
     tuning : bool
         True between :meth:`reset` and :meth:`stop_tuning` when the proposal adapts.
     ndim : int or None
         Dimension given to :meth:`setup` (None before).
     """
 
-    symmetric: bool = False
     #: what the proposal needs from the step at :meth:`setup`: ``grad_fn`` is an unbiased
     #: minibatch gradient of the log posterior (``"minibatch"``) or the exact gradient of
     #: the data-free Taylor surrogate ``log prior + sum_i lhat_i`` (``"surrogate"``)

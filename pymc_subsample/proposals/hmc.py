@@ -6,7 +6,8 @@ import math
 
 import numpy as np
 
-from .adaptation import _TunedScalar, _Welford
+from ..kernels.streaming import RunningMoments
+from .adaptation import _TunedScalar, shrunk_covariance
 from .base import Proposal, _CovFactor
 from .validation import _positive_scalar, _start_value
 
@@ -109,7 +110,7 @@ class SurrogateHMC(_TunedScalar, Proposal):
         self._restart_adapter(self._h0)
         self._cache = (None, None)
         self._mass = self._factor0
-        self._window = _Welford(self.ndim)
+        self._window = RunningMoments(self.ndim)
         self._next_mass = _MASS_WINDOW
 
     @property
@@ -166,8 +167,8 @@ class SurrogateHMC(_TunedScalar, Proposal):
             return
         # windows of 100, 200, 400, ... tuning steps (Stan's doubling windows)
         self._next_mass = 2 * self._adapter.t + _MASS_WINDOW
-        cov = self._window.covariance(min_n=max(2 * self.ndim, 50))
-        self._window = _Welford(self.ndim)
+        cov = shrunk_covariance(self._window, min_n=max(2 * self.ndim, 50))
+        self._window = RunningMoments(self.ndim)
         if cov is None:
             return
         try:

@@ -72,7 +72,6 @@ class Langevin(_TunedScalar, Proposal):
     ``scaling`` reports the step size ``h``.
     """
 
-    symmetric = False
 
     def __init__(self, step_size: float | None = None, *, batch_size: int = 100,
                  adapt: bool = True, target_accept: float = 0.574, precondition: Any = False,

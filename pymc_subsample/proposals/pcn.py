@@ -66,7 +66,6 @@ class PCN(_TunedScalar, Proposal):
     and ``cov``.
     """
 
-    symmetric = False
     _LOG_BETA_MIN = math.log(1e-6)
     _LOG_BETA_MAX = 0.5  # above log 1: see the Notes
 

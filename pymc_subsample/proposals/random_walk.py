@@ -11,7 +11,8 @@ from typing import Any
 import numpy as np
 from scipy import linalg as sla
 
-from .adaptation import _TunedScalar, _Welford
+from ..kernels.streaming import RunningMoments
+from .adaptation import _TunedScalar
 from .base import _RW_OPTIMAL, Proposal, _CovFactor
 from .validation import _positive_scalar, _scale_vector, _start_value
 
@@ -83,7 +84,6 @@ class RandomWalk(_TunedScalar, Proposal):
     ``grad_fn``, ``n_total`` and ``mode`` are ignored.
     """
 
-    symmetric = True
 
     def __init__(self, scaling: Any = None, *, adapt: bool = True, adapt_covariance: bool = False,
                  target_accept: float = 0.234, cov_start: int | None = None,
@@ -128,7 +128,7 @@ class RandomWalk(_TunedScalar, Proposal):
         # adaptive covariance
         self._cov_L = self._cov_L0  # Cholesky factor of the covariance (None: diagonal mode)
         self._L_scaled = None
-        self._window = _Welford(self.ndim) if self.adapt_covariance else None
+        self._window = RunningMoments(self.ndim) if self.adapt_covariance else None
         self._refresh_scaled()
 
     def _restart_multiplier(self):
@@ -231,7 +231,7 @@ class RandomWalk(_TunedScalar, Proposal):
                     if self.adapt:
                         self._restart_multiplier()
                     self._mult = 1.0
-                    self._window = _Welford(self.ndim)
+                    self._window = RunningMoments(self.ndim)
 
     def _finish_tuning(self):
         self._freeze_scalar()
@@ -269,7 +269,6 @@ class PreconditionedRandomWalk(_TunedScalar, Proposal):
     ``scaling`` reports ``l``. ``setup`` requires ``cov`` (2-D matrix, or 1-D variances).
     """
 
-    symmetric = True
 
     def __init__(self, scaling: float | None = None, *, adapt: bool = True,
                  target_accept: float = 0.234, adapt_gain: float = 1.0, adapt_t0: float = 10.0,
@@ -359,7 +358,6 @@ class ReversibleRandomWalk(PreconditionedRandomWalk):
     gradient (``gradient = "surrogate"``); ``g = grad_fn(theta_hat)`` is read once.
     """
 
-    symmetric = False
     gradient = "surrogate"
 
     def _setup(self, ndim, *, scaling, grad_fn, n_total, mode, cov):

@@ -53,7 +53,6 @@ class UserProposal(Proposal):
         The user proposal.
     """
 
-    symmetric = False
 
     def __init__(self, obj: Any):
         super().__init__(adapt=False)
