@@ -99,6 +99,7 @@ def test_a_pickled_step_keeps_its_memmap(tmp_path):
     np.testing.assert_array_equal(draws[0], draws[1])
 
 
+@pytest.mark.slow  # two worker processes importing PyMC: about 30 s each
 @pytest.mark.parametrize("mp_ctx", ["spawn", "forkserver"])
 def test_memmapped_data_stays_memmapped_in_each_worker(tmp_path, mp_ctx):
     if mp_ctx == "forkserver" and sys.platform == "win32":
