@@ -244,10 +244,13 @@ def test_step_settings_of_two_subsampling_steps_and_without_any(model):
     })
     import arviz as az
 
-    idata = az.InferenceData(sample_stats=ds) if hasattr(az, "InferenceData") else \
-        xr.DataTree.from_dict({"/sample_stats": ds})
+    def wrap(ds):  # what pm.sample returns: InferenceData (ArviZ 0.x) or DataTree (1.x)
+        if int(az.__version__.split(".")[0]) >= 1:
+            return xr.DataTree.from_dict({"/sample_stats": ds})
+        return az.InferenceData(sample_stats=ds)
+
+    idata = wrap(ds)
     assert step_settings(idata) == {"batch_size": (100, 50), "control_variate": "saga"}
     del ds["setting_batch_size"], ds["setting_control_variate"]
-    idata = az.InferenceData(sample_stats=ds) if hasattr(az, "InferenceData") else \
-        xr.DataTree.from_dict({"/sample_stats": ds})
+    idata = wrap(ds)
     assert step_settings(idata) == {}
