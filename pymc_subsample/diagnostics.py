@@ -16,6 +16,7 @@ __all__ = [
     "posterior_moments",
     "data_usage_summary",
     "audit_summary",
+    "step_settings",
     "plot_batch_sizes",
     "plot_data_used",
 ]
@@ -169,6 +170,54 @@ def audit_summary(idata):
             se = 3.0 / n if n else float("nan")
         rows.append({"chain": label, "n_audited": n, "disagreement": p, "mcse": se})
     return pd.DataFrame(rows).set_index("chain")
+
+
+def step_settings(idata) -> dict:
+    """The settings the subsampling steps sampled with (``epsilon``, ``delta``, batch
+    sizes, ``order``, ...), as recorded with the draws.
+
+    PyMC gives a step method no way to write ``sample_stats.attrs``, so every step of this
+    package records its settings as sample stats ``setting_<name>`` that are constant
+    over the draws. This collects them.
+
+    Parameters
+    ----------
+    idata : arviz.InferenceData or xarray.DataTree
+        What ``pm.sample`` returned (PyMC 5 or 6).
+
+    Returns
+    -------
+    dict
+        ``{name: value}`` with Python numbers (``control_variate`` ``-1`` is given back as
+        ``"saga"``; ``region`` NaN means global bounds). When several subsampling steps of
+        a ``CompoundStep`` record the same setting, its value is a tuple, one per step.
+        Empty when the draws hold no recorded settings.
+
+    Raises
+    ------
+    ValueError
+        When a setting is not constant over the draws (the stats were edited).
+    """
+    stats = get_group(idata, "sample_stats")
+    out = {}
+    for key in stats.data_vars:
+        name = str(key).rpartition("__")[2]  # a CompoundStep may prefix it
+        if not name.startswith("setting_"):
+            continue
+        name = name[len("setting_"):]
+        vals = np.asarray(stats[key].values)
+        per_step = vals.reshape(vals.shape[0] * vals.shape[1], -1)  # draws x steps
+        found = []
+        for col in per_step.T:
+            first = col[0]
+            same = np.isnan(col).all() if np.issubdtype(col.dtype, np.floating) and \
+                np.isnan(first) else np.all(col == first)
+            if not same:
+                raise ValueError(f"The recorded setting '{name}' varies over the draws.")
+            value = first.item()
+            found.append("saga" if name == "control_variate" and value == -1 else value)
+        out[name] = found[0] if len(found) == 1 else tuple(found)
+    return out
 
 
 def plot_batch_sizes(idata, *, ax=None, bins="auto", log=False, **hist_kwargs):

@@ -181,3 +181,76 @@ def test_sampling_state_carries_the_tuning_state(model, name):
     rng_only.rng = state.rng  # the same randomness, but the untuned proposal
     other.sampling_state = rng_only
     assert not np.array_equal(_chain(other, dict(point)), expected)
+
+
+EXPECTED_SETTINGS = {
+    "AustereMH": ({"epsilon": 0.1, "batch_size": 200},
+                  {"epsilon": 0.1, "batch_size": 200, "batch_increment": 200,
+                   "control_variate": 2, "steps_per_draw": 1}),
+    "BarkerMinibatch": ({"delta": 0.02, "batch_size": 150, "batch_increment": 50},
+                        {"delta": 0.02, "temperature": 1.0, "batch_size": 150,
+                         "batch_increment": 50, "control_variate": 2, "steps_per_draw": 3}),
+    "ScalableMH": ({"order": 1, "truncation": 500.0},
+                   {"order": 1, "truncation": 500.0, "steps_per_draw": 1}),
+}
+
+
+@pytest.mark.parametrize("name", METHODS)
+def test_settings_are_recorded_with_the_draws(model, name):
+    """``idata = pm.sample(step=...)`` keeps the step's settings: constant ``setting_*``
+    sample stats (PyMC gives steps no hook into ``sample_stats.attrs``), read back by
+    ``diagnostics.step_settings``, on PyMC 5 (InferenceData) and 6 (DataTree)."""
+    from pymc_subsample.diagnostics import step_settings
+
+    kwargs, expected = EXPECTED_SETTINGS[name]
+    with model:
+        step = getattr(pms, name)(vars=[model["a"], model["b"]], **kwargs)
+    idata = run_sample(model, step, draws=10, tune=10, chains=1, seed=3)
+    got = step_settings(idata)
+    for key, value in expected.items():
+        assert got[key] == value, (key, got)
+    if name == "ScalableMH":
+        assert got["region"] == pytest.approx(np.sqrt(2) + 4)  # "auto": sqrt(d) + 4
+    assert sample_stats(idata)["setting_steps_per_draw"].shape == (1, 10)
+
+
+def test_settings_are_recorded_in_a_compound_step(model):
+    """With a ``CompoundStep`` (here with NUTS on a variable outside the likelihood) the
+    settings are still there, and a ``max_error`` design's values are the ones recorded."""
+    from pymc_subsample.diagnostics import step_settings
+
+    with model:
+        step = [pms.AustereMH(vars=[model["a"], model["b"]], max_error=0.05),
+                pm.NUTS([model["c"]])]
+    design = step[0].design
+    idata = run_sample(model, step, draws=10, tune=10, chains=2, seed=4)
+    got = step_settings(idata)
+    assert got["epsilon"] == design.epsilon and got["batch_size"] == design.batch_size
+    assert got["batch_increment"] == design.batch_size and got["control_variate"] == 2
+    assert sample_stats(idata)["setting_epsilon"].shape == (2, 10)
+
+
+def test_step_settings_of_two_subsampling_steps_and_without_any(model):
+    """Two subsampling steps recording the same setting give one value per step; draws
+    without recorded settings give an empty dict."""
+    import xarray as xr
+
+    from pymc_subsample.diagnostics import step_settings
+
+    ds = xr.Dataset({
+        "setting_batch_size": (("chain", "draw", "sampler"), np.tile([100, 50], (2, 5, 1))),
+        "setting_control_variate": (("chain", "draw"), np.full((2, 5), -1)),
+        "data_used": (("chain", "draw"), np.zeros((2, 5))),
+    })
+    import arviz as az
+
+    def wrap(ds):  # what pm.sample returns: InferenceData (ArviZ 0.x) or DataTree (1.x)
+        if int(az.__version__.split(".")[0]) >= 1:
+            return xr.DataTree.from_dict({"/sample_stats": ds})
+        return az.InferenceData(sample_stats=ds)
+
+    idata = wrap(ds)
+    assert step_settings(idata) == {"batch_size": (100, 50), "control_variate": "saga"}
+    del ds["setting_batch_size"], ds["setting_control_variate"]
+    idata = wrap(ds)
+    assert step_settings(idata) == {}

@@ -12,7 +12,8 @@ import numpy as np
 from ..kernels.austere_design import design_austerity_test
 from ..kernels.austere_dp import sequential_test_dp
 from ..kernels.austere import austere_test, clt_check
-from .base import GROWING_STATS, GrowingBatchStep
+from .growing import GROWING_STATS, GrowingBatchStep
+from .state import setting_stats
 
 __all__ = ["AustereMH"]
 
@@ -99,12 +100,20 @@ class AustereMH(GrowingBatchStep):
     ``test_error`` (plug-in estimate of the probability that this decision differs from
     exact MH for the same uniform draw: ``E(mu_std, m, epsilon)`` of Sec. 5.1 at the
     estimated standardised mean; 0 for an exact decision), ``cv_active``, ``audit`` and
-    ``warning``.
+    ``warning``. The settings go with every draw as constant stats ``setting_epsilon``,
+    ``setting_batch_size``, ``setting_batch_increment``, ``setting_control_variate``
+    (-1 for ``"saga"``) and ``setting_steps_per_draw``
+    (:func:`pymc_subsample.diagnostics.step_settings` reads them back).
     """
 
     name = "austere_mh"
     max_scale_factor = 2.0
-    stats_dtypes_shapes = {**GROWING_STATS, "test_error": (np.float64, [])}
+    SETTINGS = GrowingBatchStep.SETTINGS + ("epsilon",)
+    stats_dtypes_shapes = {
+        **GROWING_STATS,
+        "test_error": (np.float64, []),
+        **setting_stats(SETTINGS),
+    }
 
     def __init__(
         self,
@@ -142,6 +151,12 @@ class AustereMH(GrowingBatchStep):
             self._dp = sequential_test_dp(
                 self.n_rows, self.batch_size, self.epsilon, batch_increment=self.batch_increment
             )
+
+    def settings(self) -> dict:
+        """The recorded settings: ``epsilon`` and the batch sizes in effect (those of the
+        ``max_error`` design when one was asked for), the control variate and
+        ``steps_per_draw``."""
+        return {**super().settings(), "epsilon": self.epsilon}
 
     def _run_test(self, terms_fn, log_ratio_o1, exact_sum):
         iid = self.is_table is not None

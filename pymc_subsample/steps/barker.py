@@ -11,7 +11,8 @@ import numbers
 from ..kernels.austere import clt_check
 from ..kernels.barker import barker_test
 from ..kernels.barker_correction import default_correction
-from .base import GROWING_STATS, GrowingBatchStep
+from .growing import GROWING_STATS, GrowingBatchStep
+from .state import setting_stats
 
 __all__ = ["BarkerMinibatch"]
 
@@ -77,15 +78,21 @@ class BarkerMinibatch(GrowingBatchStep):
     ``delta_var`` (the variance ``s^2`` of ``Delta*``), ``exact`` (the test used all
     ``N`` rows), ``cv_active``, ``audit`` and ``warning``. The step warns once per chain
     when the skewness or kurtosis of the first batch's terms makes the CLT doubtful.
+    The settings go with every draw as constant stats ``setting_delta``,
+    ``setting_temperature``, ``setting_batch_size``, ``setting_batch_increment``,
+    ``setting_control_variate`` and ``setting_steps_per_draw``
+    (:func:`pymc_subsample.diagnostics.step_settings`).
     """
 
     name = "barker_minibatch"
     max_scale_factor = 2.0
+    SETTINGS = GrowingBatchStep.SETTINGS + ("delta", "temperature")
     stats_dtypes_shapes = {
         **GROWING_STATS,
         "clt_error": (float, []),
         "lemma3_error": (float, []),
         "delta_var": (float, []),
+        **setting_stats(SETTINGS),
     }
 
     def __init__(
@@ -126,6 +133,11 @@ class BarkerMinibatch(GrowingBatchStep):
             vars, batch_size=batch_size, batch_increment=batch_increment, proposal=proposal,
             scaling=scaling, tune=tune, model=model, steps_per_draw=steps_per_draw, **kwargs,
         )
+
+    def settings(self) -> dict:
+        """The recorded settings: ``delta``, ``temperature``, the batch sizes, the
+        control variate and ``steps_per_draw``."""
+        return {**super().settings(), "delta": self.delta, "temperature": self.temperature}
 
     def _run_test(self, terms_fn, log_ratio_o1, exact_sum):
         check_clt = not self.tune and "clt" not in self._warned  # first kept draw

@@ -1,133 +1,54 @@
-"""The PyMC side shared by all subsampling step methods.
+"""The PyMC plumbing shared by all subsampling step methods.
 
 A step method here is a thin ``ArrayStepShared`` subclass: it owns a
 :class:`~pymc_subsample.engine.LikelihoodEngine` (data rows -> log-likelihood), a proposal
 from :mod:`pymc_subsample.proposals`, and calls a pure acceptance kernel from
-:mod:`pymc_subsample.kernels` once per step. This module holds what the three steps have
-in common: variable validation, the engine, the proposal and its tuning, per-chain state
-and randomness (PyMC 5 ``set_rng`` and PyMC 6 ``setup_chain``), and the sample stats.
+:mod:`pymc_subsample.kernels` once per step. :class:`SubsampleStep` holds what the three
+steps have in common: variable validation, the engine, the proposal's set-up and tuning,
+the refusal of stale data, pickling for worker processes, and the step itself
+(:meth:`SubsampleStep.astep`). The per-chain state and the sample stats are in
+:mod:`pymc_subsample.steps.state`; the minibatch-test layer of AustereMH and
+BarkerMinibatch in :mod:`pymc_subsample.steps.growing`.
 """
 
 from __future__ import annotations
 
-import copy
 import math
 import numbers
-import warnings
 import weakref
 from abc import abstractmethod
-import numpy as np
 
+import numpy as np
 import pymc as pm
 from pymc.blocking import RaveledVars
 from pymc.pytensorf import make_shared_replacements
 from pymc.step_methods.arraystep import ArrayStepShared
-from pymc.step_methods.compound import Competence, StepMethodState
-from pymc.step_methods.state import dataclass_state
-from pymc.stats.convergence import SamplerWarning, WarningType
-from pymc.util import get_random_generator, get_value_vars_from_user_vars
+from pymc.step_methods.compound import Competence
+from pymc.util import get_value_vars_from_user_vars
 
-from ..center import center_at, find_center, parse_point
+from .. import _memmap
 from ..engine import LikelihoodEngine
-from ..kernels.control_variates import (
-    ORDERS,
-    StoredGradients,
-    VarianceCheck,
-    importance_weights,
-    residuals,
-)
-from ..kernels.rows import ImportanceSampler, RowSampler
-from ..kernels.alias import AliasTable
-from ..predictor import curved_predictor_map
 from ..proposals import Langevin, SurrogateHMC, as_proposal
+from .state import (
+    BASE_STATS,
+    SETTING_PREFIX,
+    ChainState,
+    SubsampleStepState,
+    progressbar_config,
+    progressbar_update_functions,
+    setting_stats,
+    summarise,
+)
 
 try:  # PyTensor >= 2.31 moved graph traversal helpers
     from pytensor.graph.traversal import ancestors
 except ImportError:  # pragma: no cover
     from pytensor.graph.basic import ancestors
 
-__all__ = ["SubsampleStep", "GrowingBatchStep", "check_batch_size"]
-
-BASE_STATS = {
-    # share of the draw's transitions that accepted (0.0 or 1.0 with one transition per
-    # draw); float64, as pm.Metropolis declares it, so that the steps compose with it
-    "accepted": (np.float64, []),
-    "data_used": (np.int64, []),
-    "n_batches": (np.int64, []),
-    "scaling": (np.float64, []),
-    # PyMC's sampler-warning mechanism (as NUTS): logged by pm.sample in the main
-    # process, dropped from the returned trace unless keep_warning_stat=True
-    "warning": (SamplerWarning, None),
-}
-
-#: stats of the steps that decide on growing minibatches with control variates
-GROWING_STATS = {
-    **BASE_STATS,
-    "exact": (bool, []),
-    "cv_active": (bool, []),
-    # 1.0 / 0.0: the audited decision agreed / disagreed with the exact full-data
-    # decision for the same proposal and randomness; NaN: not audited
-    "audit": (np.float64, []),
-}
+__all__ = ["SubsampleStep"]
 
 
-def check_batch_size(value, name: str, n_rows: int, *, allow_none: bool = False):
-    """Validate a batch-size argument: a positive integer, capped at the ``N`` rows.
-
-    A batch larger than the data means "all rows" and is capped at ``N``; zero, negative
-    and non-integer values raise with a message naming the argument.
-    """
-    if value is None and allow_none:
-        return None
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{name} must be a positive integer number of rows, got {value!r}.")
-    if value < 1:
-        raise ValueError(
-            f"{name}={value} is out of range: it must be a positive number of rows "
-            f"(at most the N={n_rows} rows of the data)."
-        )
-    return min(int(value), n_rows)
-
-
-#: stats that a draw of several transitions sums (anything numeric else: the largest)
-_SUMMED = frozenset({"data_used", "n_batches", "accepted"})
-
-
-def _summarise(transitions: list[dict]) -> dict:
-    """One draw's stats from its transitions' (see ``steps_per_draw``): counts add,
-    flags are true if any transition set them, the audit's agreement is the mean over
-    the audited transitions (NaN if none), error bounds and variances are the largest
-    (NaN where no transition set them)."""
-    if len(transitions) == 1:
-        return dict(transitions[0])
-    out = {}
-    for key in {k for t in transitions for k in t}:
-        vals = [t[key] for t in transitions if key in t]
-        if key in _SUMMED:
-            out[key] = sum(vals)
-        elif isinstance(vals[0], (bool, np.bool_)):
-            out[key] = any(vals)
-        else:
-            finite = [v for v in vals if v == v]
-            if key == "audit":
-                out[key] = float(np.mean(finite)) if finite else np.nan
-            else:
-                out[key] = max(finite) if finite else vals[-1]
-    return out
-
-
-@dataclass_state
-class SubsampleStepState(StepMethodState):
-    """What a chain of a subsampling step changes, for PyMC's ``sampling_state``: the
-    tuning flag, the proposal's tuned state and the step's per-chain attributes
-    (``CHAIN_ATTRS``: warnings issued, control-variate checks, a re-centred centre)."""
-
-    tune: bool
-    proposal_state: dict
-    chain_state: dict
-
-
-class SubsampleStep(ArrayStepShared):
+class SubsampleStep(ChainState, ArrayStepShared):
     """Base class of the subsampling Metropolis-Hastings step methods.
 
     Subclasses implement :meth:`_decide` (one accept/reject decision from a few data
@@ -168,9 +89,9 @@ class SubsampleStep(ArrayStepShared):
     name = "subsample"
     default_blocked = True
     _state_class = SubsampleStepState
-    #: per-chain attributes of :attr:`chain_state` (what ``_reset_chain`` re-creates)
-    CHAIN_ATTRS: tuple[str, ...] = ("_warned", "_pending", "_start_pending")
-    stats_dtypes_shapes = dict(BASE_STATS)
+    #: settings recorded with the draws, as stats ``setting_<name>`` (see :meth:`settings`)
+    SETTINGS: tuple[str, ...] = ("steps_per_draw",)
+    stats_dtypes_shapes = {**BASE_STATS, **setting_stats(SETTINGS)}
     default_proposal = "random_walk"
     loglik_weight = 1.0  # 1 / temperature for tempered targets (used by default_scaling)
     #: cap of the default random walk's tuned scale, as a multiple of its start (the
@@ -356,71 +277,41 @@ class SubsampleStep(ArrayStepShared):
                 "wrong posterior: build the step again after pm.set_data."
             )
 
-    # ------------------------------------------------------------------ sampling_state
-    @property
-    def proposal_state(self) -> dict:
-        """The proposal's chain state (:meth:`~pymc_subsample.proposals.Proposal.get_state`)."""
-        get = getattr(self.proposal, "get_state", None)
-        return get() if get is not None else {}
-
-    @proposal_state.setter
-    def proposal_state(self, state: dict) -> None:
-        if state:
-            self.proposal.set_state(state)
-
-    @property
-    def chain_state(self) -> dict:
-        """The step's per-chain attributes (``CHAIN_ATTRS``), copied."""
-        return {k: copy.deepcopy(getattr(self, k)) for k in self.CHAIN_ATTRS if hasattr(self, k)}
-
-    @chain_state.setter
-    def chain_state(self, state: dict) -> None:
-        for k, v in state.items():
-            setattr(self, k, copy.deepcopy(v))
-
+    # ------------------------------------------------------------------ pickling
     def __getstate__(self):
         state = dict(self.__dict__)
         state["_data_refs"] = None  # weak references do not pickle; the digest remains
         return state
 
-    # ------------------------------------------------------------------ per-chain state
-    def _reset_chain(self):
-        """Reset everything a chain changes (proposal tuning, warnings issued)."""
-        self._check_data_unchanged()
-        if hasattr(self.proposal, "reset"):
-            self.proposal.reset()
-        self._warned = set()
-        self._pending = []
-        self.tune = self.adapt
-        self._start_pending = True
+    def __reduce_ex__(self, protocol):
+        """Pickle file-backed data by reference when the data has any.
 
-    def set_rng(self, rng):  # PyMC 5: once per chain
-        self.rng = get_random_generator(rng, copy=False)
-        self._reset_chain()
-
-    def setup_chain(self, rng, tune, draws):  # PyMC 6: once per chain
-        self.rng = get_random_generator(rng, copy=False)
-        self._reset_chain()
-
-    def reset_tuning(self):
-        self.tune = self.adapt
-
-    def stop_tuning(self):
-        self.tune = False
-        if hasattr(self.proposal, "stop_tuning"):
-            self.proposal.stop_tuning()
-
-    def warn_once(self, key, message, kind=WarningType.BAD_PARAMS):
-        """Issue a sampler warning at most once per chain.
-
-        It travels in the ``warning`` sample stat of the next draw (PyMC's
-        :class:`~pymc.stats.convergence.SamplerWarning`, as NUTS reports divergences), so
-        ``pm.sample`` logs it in the main process whatever the number of cores.
+        ``pm.sample`` pickles the step for its workers unless they are forked
+        (``mp_ctx="spawn"``, ``"forkserver"``, macOS): a ``numpy.memmap`` would arrive as
+        an in-memory copy in every worker. With a file-backed data array, the step is
+        pickled by :func:`pymc_subsample._memmap.dumps`, which writes every file-backed
+        array it reaches (the engine's rows, the model graph's constants) as its file,
+        offset, dtype, shape and strides, mapped again on unpickling.
         """
-        if key in self._warned:
-            return
-        self._warned.add(key)
-        self._pending.append(SamplerWarning(kind, f"{type(self).__name__}: {message}", "warn"))
+        if any(_memmap.is_file_backed(a) for a in self.engine.data_arrays()):
+            return (_memmap.loads, (_memmap.dumps(self, as_state=True),))
+        return super().__reduce_ex__(protocol)
+
+    # ------------------------------------------------------------------ recorded settings
+    def settings(self) -> dict:
+        """The settings recorded with every draw, ``{name: value}`` for the names in
+        ``SETTINGS`` (the values in effect: defaults resolved, a ``max_error`` design
+        applied). Subclasses extend it."""
+        return {"steps_per_draw": self.steps_per_draw}
+
+    def _setting_stats(self) -> dict:
+        """:meth:`settings` as the draw's stats ``setting_<name>`` (built once per chain)."""
+        cached = getattr(self, "_settings_cache", None)
+        if cached is None:
+            values = self.settings()
+            cached = {SETTING_PREFIX + name: values[name] for name in self.SETTINGS}
+            self._settings_cache = cached
+        return cached
 
     # ------------------------------------------------------------------ progress bar
     #: progress-bar columns: (sample stat, field, header, format of its running mean)
@@ -432,32 +323,12 @@ class SubsampleStep(ArrayStepShared):
     @classmethod
     def _progressbar_config(cls, n_chains=1):
         """PyMC's progress-bar hook: one column per entry of ``PROGRESS_COLUMNS``."""
-        from rich.progress import TextColumn
-        from rich.table import Column
-
-        columns = [
-            TextColumn(f"{{task.fields[{field}]}}", table_column=Column(header, ratio=1))
-            for _, field, header, _ in cls.PROGRESS_COLUMNS
-        ]
-        return columns, {field: ["-"] * n_chains for _, field, _, _ in cls.PROGRESS_COLUMNS}
+        return progressbar_config(cls.PROGRESS_COLUMNS, n_chains)
 
     @classmethod
     def _make_progressbar_update_functions(cls):
-        """PyMC's progress-bar hook: the running means of the columns' stats over the
-        draws so far. PyMC passes a draw's stats without its chain, so the means pool the
-        chains (which run the same kernel); tuning draws count too."""
-        totals = {stat: 0.0 for stat, *_ in cls.PROGRESS_COLUMNS}
-        count = [0]
-
-        def update_stats(step_stats):
-            count[0] += 1
-            out = {}
-            for stat, field, _, fmt in cls.PROGRESS_COLUMNS:
-                totals[stat] += float(step_stats.get(stat, 0.0))
-                out[field] = fmt.format(totals[stat] / count[0])
-            return out
-
-        return (update_stats,)
+        """PyMC's progress-bar hook: running means of the ``PROGRESS_COLUMNS`` stats."""
+        return progressbar_update_functions(cls.PROGRESS_COLUMNS)
 
     @staticmethod
     def competence(var, has_grad):
@@ -497,10 +368,11 @@ class SubsampleStep(ArrayStepShared):
         for _ in range(self.steps_per_draw):
             q, stats = self._transition(q)
             transitions.append(stats)
-        stats = _summarise(transitions)
+        stats = summarise(transitions)
         stats["accepted"] = stats["accepted"] / self.steps_per_draw
         stats["scaling"] = float(getattr(self.proposal, "scaling", np.nan))
         stats["warning"] = self._pending.pop(0) if self._pending else None
+        stats.update(self._setting_stats())
         return RaveledVars(q, q0.point_map_info), [stats]
 
     def _transition(self, q):
@@ -587,391 +459,3 @@ class SubsampleStep(ArrayStepShared):
 
         return loglik_diff
 
-
-class GrowingBatchStep(SubsampleStep):
-    """Base of the steps that decide on a minibatch grown until a test is confident
-    (AustereMH, BarkerMinibatch).
-
-    It holds what both share: validated ``batch_size`` / ``batch_increment``, a
-    without-replacement :class:`~pymc_subsample.kernels.rows.RowSampler` per chain, and
-    the Taylor control variates of :mod:`pymc_subsample.kernels.control_variates`. With
-    control variates (the default) the step finds the posterior mode once
-    (:func:`pymc_subsample.center.find_center`), the closed-form proxy difference enters
-    the test's data-free part exactly and the minibatch estimates only the residual sum;
-    the default proposal is then preconditioned by the Laplace approximation there.
-    For a one-parameter GLM whose linear predictor is affine in data-free parameter
-    expressions but not in the sampled variables (a non-centred hierarchical model), the
-    proxy is taken in those predictor coordinates (:mod:`pymc_subsample.predictor`) and
-    the default proposal is :class:`~pymc_subsample.proposals.SurrogateHMC`.
-
-    Subclasses implement :meth:`_run_test` (the acceptance kernel on a row function and a
-    data-free log ratio) and :meth:`_exact_decision` (for the audit).
-    """
-
-    #: the proposal used when ``proposal=None``, by control-variate order
-    DEFAULT_PROPOSALS = {0: "random_walk", 1: "preconditioned", 2: "pcn"}
-    #: steps between verdicts of the variance check while tuning
-    CV_WINDOW = 100
-    CHAIN_ATTRS = SubsampleStep.CHAIN_ATTRS + (
-        "cv_active", "_vcheck", "_cv_verdict", "_cv_ratio", "_n_steps", "center", "proxy",
-        "_mean_n", "_mean_q", "_rows_tuning", "_first_prob",
-    )
-
-    def __init__(
-        self,
-        vars=None,
-        *,
-        batch_size,
-        batch_increment=None,
-        control_variate=None,
-        center=None,
-        recenter=False,
-        audit=0.0,
-        sampling="uniform",
-        **kwargs,
-    ):
-        if control_variate is not None and (
-            isinstance(control_variate, bool) or control_variate not in ORDERS
-        ):
-            raise ValueError(
-                f"control_variate must be 2 (second-order Taylor control variates), 1 (first "
-                f"order), 'saga' (stored per-row gradients), 0 (none: the paper's plain test) "
-                f"or None (2 where possible, the default), got {control_variate!r}."
-            )
-        self._cv_arg = control_variate
-        # cv: 0 (none), 1 or 2 (Taylor order) or "saga"; cv_order is truthy iff a centre
-        # is used (1 for "saga": its stored gradients start at the centre's)
-        self.cv = 2 if control_variate is None else control_variate
-        self.cv_order = 1 if self.cv == "saga" else int(self.cv)
-        if self.cv_order == 0 and center is not None:
-            raise ValueError("center= is the centre of the control variates: it needs "
-                             "control_variate=1 or 2 (or 'saga').")
-        self._center_arg = center
-        self.recenter = bool(recenter)
-        if isinstance(audit, bool) or not isinstance(audit, numbers.Real) or not 0 <= audit <= 1:
-            raise ValueError(
-                f"audit must be the share of steps, in [0, 1], on which the exact full-data "
-                f"decision is also taken (e.g. 0.01), got {audit!r}."
-            )
-        self.audit = float(audit)
-        if sampling not in ("uniform", "importance"):
-            raise ValueError(f"sampling must be 'uniform' or 'importance', got {sampling!r}.")
-        self.sampling = sampling
-        super().__init__(vars, **kwargs)
-        self._set_batches(batch_size, batch_increment)
-
-    @property
-    def keeps_data_sums(self) -> bool:
-        """A centre (control variates, stored gradients or importance weights) and the
-        Laplace fit come from the data; without them the test reads the live data."""
-        return bool(self.cv_order)
-
-    def _set_batches(self, batch_size, batch_increment):
-        """Validate and store the batch sizes (``batch_increment=None``: same as
-        ``batch_size``, resolved by the kernels)."""
-        self.batch_size = check_batch_size(batch_size, "batch_size", self.n_rows)
-        self.batch_increment = check_batch_size(
-            batch_increment, "batch_increment", self.n_rows, allow_none=True
-        )
-
-    # ------------------------------------------------------------------ set-up
-    def _choose_proposal(self, proposal, scaling):
-        """Decide the control-variate order (the engine now exists), then the proposal:
-        by default preconditioned by the Laplace approximation at the centre; a random
-        walk when the user gave ``scaling`` (documented as its standard deviation)."""
-        others = self.likelihood_vars_of_other_steps()
-        if others and self.cv_order:
-            names = ", ".join(repr(o) for o in others)
-            if self._cv_arg is not None:
-                raise ValueError(
-                    f"control_variate={self._cv_arg} needs every variable the likelihood "
-                    f"depends on in this step's vars=, but {names} is sampled by another step: "
-                    "the control variates' sums are computed once at a centre and would go "
-                    "stale. Add them to vars=, or pass control_variate=0."
-                )
-            warnings.warn(
-                f"{type(self).__name__}: the likelihood depends on {names}, sampled by another "
-                "step, so the Taylor control variates are off (plain differences, which read "
-                "more rows per step). Add them to vars= to use control variates.",
-                UserWarning, stacklevel=5,
-            )
-            self.cv, self.cv_order = 0, 0
-        self._proposal_is_default = proposal is None and scaling is None
-        if proposal is None:
-            order = 0 if scaling is not None else self.cv_order
-            self.default_proposal = self.DEFAULT_PROPOSALS[order]
-        if self.sampling == "importance" and self.cv_order == 0:
-            # the importance weights come from per-row gradients at the centre
-            self.cv_order = -1  # a centre, but no control variate
-        return super()._choose_proposal(proposal, scaling)
-
-    def _setup_proposal(self, scaling):
-        self.saga = None
-        self.is_table = None
-        if self.cv_order == 0:
-            self.center = self.proxy = None
-            self.engine.compile("ll_diff")  # the per-step function, compiled before forking
-            return super()._setup_proposal(scaling)
-        eng = self.engine
-        if self._center_arg is None:
-            self.center = find_center(eng)
-            if not self.center.converged:
-                self._setup_warning = (
-                    "the search for the posterior mode (the control variates' centre) did not "
-                    "converge; the control variates may not reduce the variance. Pass center= "
-                    "(e.g. from pm.find_MAP) or set recenter=True."
-                )
-        else:
-            self.center = center_at(eng, parse_point(self._center_arg, eng, "center"))
-        self.proxy = self.center.proxy(self.cv) if self.cv in (1, 2) else None
-        self._vmap = None
-        if self.cv in (1, 2) and self.sampling == "uniform":
-            # a curved predictor (non-centred hierarchical): control variates in the
-            # predictor coordinates, where the rows are an ordinary GLM
-            self._vmap = curved_predictor_map(eng, self.center.theta)
-            if self._vmap is not None:
-                self.proxy = self._vmap.proxy(self._vmap.v(self.center.theta), self.cv)
-                if self._proposal_is_default:
-                    self.proposal = SurrogateHMC()
-        self._center0, self._proxy0 = self.center, self.proxy
-        self._attach_proposal(scaling)
-        if self.cv == "saga" or self.sampling == "importance":
-            self._setup_row_terms()
-        if self.cv in (1, 2) and self._vmap is None:
-            eng.compile(f"cv{self.cv}")  # the per-step function, compiled before forking
-
-    #: largest memory, in bytes, for SAGA's stored per-row gradients (two copies)
-    SAGA_MEMORY = 4 * 2**30
-
-    def _setup_row_terms(self):
-        """One pass of per-row gradients at the centre: SAGA's starting store and/or the
-        importance weights of El hanchi (2019, Sec. 5.1)."""
-        n, d = self.n_rows, self.ndim
-        if self.cv == "saga" and 2 * n * d * 8 > self.SAGA_MEMORY:
-            raise MemoryError(
-                f"control_variate='saga' stores {n:,} x {d} per-row gradients per chain "
-                f"({2 * n * d * 8 / 2**30:.1f} GiB with the initial copy), over the "
-                f"{self.SAGA_MEMORY / 2**30:.0f} GiB limit: use control_variate=2 (Taylor), "
-                "which stores nothing per row."
-            )
-        eng, c = self.engine, self.center.theta
-        rows = np.arange(n)
-        _, g = eng.loglik_rows_grad(c, rows, chunk=8192)
-        if self.cv == "saga":
-            self.saga = StoredGradients(g)
-        if self.sampling == "importance":
-            z = np.random.default_rng(0).standard_normal(d)  # set-up, not sampling
-            _, g_moved = eng.loglik_rows_grad(c + self._laplace_chol @ z, rows, chunk=8192)
-            self.is_table = AliasTable(importance_weights(g, g_moved))
-            self._is_scale = n * self.is_table.probabilities()  # N p_i, once
-
-    def _attach_proposal(self, scaling):
-        """Set the proposal up with the Laplace approximation at the current centre."""
-        mean, cov = self.center.laplace(self.loglik_weight)
-        self._set_laplace(mean, cov)
-        if scaling is None and isinstance(self.proposal, Langevin):
-            sd = np.sqrt(np.diag(cov))
-            scaling = float(np.min(sd) ** 2 * 1.65**2 / self.ndim ** (1 / 3))
-        self.proposal.setup(
-            self.ndim, scaling=scaling, grad_fn=self._proposal_grad_fn(), n_total=self.n_rows,
-            mode=mean if self._wants_gaussian_mean() else self.center.theta, cov=cov,
-        )
-
-    def _reset_chain(self):
-        super()._reset_chain()
-        if self.is_table is not None:
-            self._sampler = ImportanceSampler(self.is_table, self.rng)
-        else:
-            self._sampler = RowSampler(self.n_rows, self.rng)
-        if self.saga is not None:
-            self.saga.reset()
-        self.cv_active = self.cv != 0
-        self._vcheck = VarianceCheck(min_steps=self.CV_WINDOW // 2)
-        self._cv_verdict = None
-        self._n_steps = 0
-        if self.cv_order:  # a re-centred chain must not hand its centre to the next one
-            self.center, self.proxy = self._center0, self._proxy0
-            self._mean_n, self._mean_q, self._rows_tuning = 0, np.zeros(self.ndim), 0
-        msg = getattr(self, "_setup_warning", None)
-        if msg:
-            self.warn_once("center", msg)
-
-    #: warn when the tuning mean lies more than this many Laplace sds from its mean
-    LAPLACE_WARN_SD = 3.0
-
-    def _check_laplace_fit(self):
-        """Warn when the chain's mean over tuning is far from the Laplace approximation
-        that the default proposal and the control variates are built on (e.g. a funnel of
-        a hierarchical model): the draws may then not have mixed, and nothing else would
-        say so, since the step's own stats can look normal."""
-        if not self.cv_order or self._mean_n < 50:
-            return
-        rows = self._rows_tuning / self._mean_n
-        if self.cv_active and rows > 2 * self.batch_size and rows > 0.1 * self.n_rows:
-            self.warn_once(
-                "cv_rows",
-                f"with control variates the test still read {rows:,.0f} rows per step during "
-                f"tuning ({100 * rows / self.n_rows:.0f}% of the data): the Taylor proxy "
-                "about the centre leaves large residuals, so the Laplace fit there is poor "
-                "(a funnel-shaped hierarchical posterior, for instance) and the chain may not "
-                "mix. Check R-hat and ESS. For a hierarchical model whose groups each hold "
-                "many rows, write it in the centred form (a ~ Normal(mu, tau), a[g]); "
-                "otherwise consider recenter=True or NUTS.",
-                kind=WarningType.CONVERGENCE,
-            )
-        sd = np.sqrt(np.einsum("ij,ij->i", self._laplace_chol, self._laplace_chol))
-        z = np.abs(self._mean_q - self._laplace_mean) / sd
-        if np.max(z) > self.LAPLACE_WARN_SD:
-            self.warn_once(
-                "laplace",
-                f"the chain's mean over tuning lies {np.max(z):.1f} Laplace sds from the "
-                f"Laplace approximation at the centre (coordinate {int(np.argmax(z))} of the "
-                "step's unconstrained space): the Gaussian fit that the default proposal and "
-                "control variates rely on is poor here (a funnel-shaped hierarchical "
-                "posterior, for instance), and the chain may not mix. Check R-hat and ESS. "
-                "For a hierarchical model whose groups each hold many rows, write it in the "
-                "centred form (a ~ Normal(mu, tau), a[g]), whose joint mode lies in the "
-                "posterior's bulk; otherwise consider recenter=True, proposal='random_walk' "
-                "with proposal_kwargs={'adapt_covariance': True}, or NUTS.",
-                kind=WarningType.CONVERGENCE,
-            )
-
-    def stop_tuning(self):
-        super().stop_tuning()
-        self._check_laplace_fit()
-        if self.cv_active and self._cv_verdict is False:
-            self.cv_active = False
-            self.warn_once(
-                "cv_off",
-                "the Taylor control variates did not reduce the variance of the per-row terms "
-                f"at the end of tuning (residual/plain variance {self._cv_ratio:.3g}); this chain "
-                "falls back to plain differences, which read more rows per step. A multimodal "
-                "or heavy-tailed likelihood, or a centre far from the posterior, causes this.",
-            )
-        if self.recenter and self.cv_active and self.proxy is not None and self._mean_n > 0:
-            self.center = center_at(self.engine, self._mean_q)
-            self.proxy = (self.center.proxy(self.cv) if self._vmap is None
-                          else self._vmap.proxy(self._vmap.v(self._mean_q), self.cv))
-
-    # ------------------------------------------------------------------ the step
-    def cv_sum(self, q, q_prop, coords=None) -> float:
-        """The control variate's exact sum over all rows (0 without control variates).
-        ``coords``: ``(coordinates(q), coordinates(q_prop))`` when already computed."""
-        if not self.cv_active:
-            return 0.0
-        if self.saga is not None:
-            return self.saga.sum_diff(q, q_prop)
-        v, v_prop = coords if coords is not None else (self.coordinates(q),
-                                                       self.coordinates(q_prop))
-        return self.proxy.sum_diff(v, v_prop)
-
-    def diff_fn(self, q, q_prop, coords=None):
-        """``rows -> terms`` for the kernel: the control-variate residuals (or the plain
-        differences), divided by ``N p_i`` for importance-sampled rows. The first call of
-        a step feeds the variance check (every step while tuning, every 10th after)."""
-        eng, cv = self.engine, self.cv if self.cv_active else 0
-        # the variance check reads every tuning step, and every 10th step after tuning
-        first = [self.cv_active and (self.tune or self._n_steps % 10 == 0)]
-        scale = None if self.is_table is None else self._is_scale
-
-        vterms = None
-        if cv in (1, 2) and self._vmap is not None:
-            v, v_prop = coords if coords is not None else (self.coordinates(q),
-                                                           self.coordinates(q_prop))
-            vterms = self._vmap.terms_fn(v, v_prop, self.proxy.center, cv)
-
-        def terms(rows):
-            if vterms is not None:
-                plain, r = vterms(rows)
-            elif cv in (1, 2):
-                t = eng.loglik_diff_taylor(q, q_prop, self.proxy.center, rows, cv)
-                plain, r = t[0], residuals(t)
-            else:
-                plain = r = eng.loglik_diff(q, q_prop, rows)
-                if cv == "saga":
-                    r = self.saga.residuals(plain, rows, q, q_prop)
-            if first[0]:
-                first[0] = False
-                self._vcheck.add(plain, r)
-            return r if scale is None else r / scale[rows]
-
-        return terms
-
-    def _decide(self, q, q_prop, log_prior_ratio, log_qratio):
-        o1 = log_prior_ratio + log_qratio
-        # the control variates' coordinates of q, q' once, for the closed-form sum and the
-        # rows' terms (v(q) in predictor coordinates, else q itself)
-        coords = ((self.coordinates(q), self.coordinates(q_prop))
-                  if self.cv_active and self.saga is None else None)
-        cv_sum = self.cv_sum(q, q_prop, coords)
-        # the control variate's exact sum over all N rows enters the data-free part
-        o1 += self.loglik_weight * cv_sum
-        self._first_prob = math.exp(min(0.0, o1)) if o1 == o1 else 0.0
-        eng = self.engine
-
-        def exact_sum():  # sum_i of the terms over all rows (i.i.d. draws reached N)
-            return eng.full_loglik_diff(q, q_prop) - cv_sum
-
-        audited = self.audit > 0 and self.rng.random() < self.audit
-        res, stats = self._run_test(self.diff_fn(q, q_prop, coords), o1, exact_sum)
-        accept = bool(res.accept)
-        stats["cv_active"] = self.cv_active
-        stats["audit"] = np.nan
-        if audited:
-            full = log_prior_ratio + log_qratio + self.loglik_weight * (
-                eng.full_loglik_diff(q, q_prop)
-            )
-            stats["audit"] = float(self._exact_decision(res, full) == accept)
-        q_now = q_prop if accept else q
-        if self.saga is not None and self.cv_active and res.data_used < self.n_rows:
-            rows = np.unique(self._sampler.drawn())
-            if rows.size:
-                self.saga.update(rows, eng.loglik_rows_grad(q_now, rows)[1])
-        self._after_step(q_now, res.data_used)
-        return accept, stats
-
-    def _after_step(self, q_now, data_used):
-        """The chain's running mean and rows read over tuning (for ``recenter`` and the
-        checks of the Laplace fit) and the variance-check windows."""
-        if self.cv_order and self.tune:
-            self._mean_n += 1
-            self._mean_q += (q_now - self._mean_q) / self._mean_n
-            self._rows_tuning += data_used
-        if not self.cv_active:
-            return
-        self._n_steps += 1
-        if self.tune:
-            if self._n_steps % self.CV_WINDOW == 0:
-                self._cv_verdict, self._cv_ratio = self._vcheck.verdict(), self._vcheck.ratio
-                self._vcheck.reset()
-        elif self._vcheck.verdict() is False:
-            self.warn_once(
-                "cv_poor",
-                "the Taylor control variates do not reduce the variance of the per-row terms "
-                f"(residual/plain variance {self._vcheck.ratio:.3g}): the test reads more rows "
-                "than plain differences would. Consider control_variate=0 or recenter=True.",
-            )
-
-    def _report_test(self, res, checked: bool, clt_doubt: str | None):
-        """Warnings about one test, each once per chain: a doubtful normal approximation
-        (``clt_doubt``, when the CLT was ``checked``, on the first kept draw) and
-        non-finite terms (the test rejected)."""
-        if clt_doubt is not None:
-            self.warn_once("clt", clt_doubt)
-        if checked:
-            self._warned.add("clt")  # checked once per chain
-        if res.nonfinite:
-            self.warn_once(
-                "nonfinite",
-                "a NaN or +inf log-likelihood difference was met and the proposal rejected; "
-                "check the model at the current and proposed values.",
-            )
-
-    @abstractmethod
-    def _run_test(self, terms_fn, log_ratio_o1, exact_sum):
-        """Run the acceptance kernel; return ``(result, stats)``. ``exact_sum()`` gives the
-        terms' sum over all rows (for i.i.d. importance-sampled rows)."""
-
-    @abstractmethod
-    def _exact_decision(self, result, full_log_ratio) -> bool:
-        """The exact full-data decision for the randomness ``result`` used (audit)."""

@@ -21,7 +21,8 @@ from ..kernels.control_variates import residuals
 from ..kernels.phi import path_phi, taylor_phi, whitened_phi
 from ..kernels.alias import AliasTable
 from ..kernels.smh import smh_test
-from .base import BASE_STATS, SubsampleStep
+from .base import SubsampleStep
+from .state import BASE_STATS, setting_stats
 
 __all__ = ["ScalableMH"]
 
@@ -138,14 +139,18 @@ class ScalableMH(SubsampleStep):
     Sample stats per draw: ``accepted``, ``data_used`` (rows whose likelihood was
     evaluated: at most ``K``, or ``N`` on a fallback), ``n_batches``, ``scaling``,
     ``poisson_rate`` (``phi * Psi``) and ``fallback`` (the full-data test was chosen; it
-    reads the rows only if the data-free factor accepted).
+    reads the rows only if the data-free factor accepted). The settings go with every
+    draw as constant stats ``setting_order``, ``setting_truncation``, ``setting_region``
+    and ``setting_steps_per_draw`` (:func:`pymc_subsample.diagnostics.step_settings`).
     """
 
     name = "scalable_mh"
+    SETTINGS = SubsampleStep.SETTINGS + ("order", "truncation", "region")
     stats_dtypes_shapes = {
         **BASE_STATS,
         "poisson_rate": (np.float64, []),
         "fallback": (bool, []),
+        **setting_stats(SETTINGS),
     }
     CHAIN_ATTRS = SubsampleStep.CHAIN_ATTRS + ("_first_prob",)
     PROGRESS_COLUMNS = (
@@ -233,6 +238,14 @@ class ScalableMH(SubsampleStep):
             proposal_kwargs=proposal_kwargs,
             **kwargs,
         )
+
+    def settings(self) -> dict:
+        """The recorded settings: the Taylor ``order``, the ``truncation`` in effect
+        (``N`` by default), the ``region`` radius in Laplace sds (NaN: global bounds) and
+        ``steps_per_draw``."""
+        region = getattr(self, "region", None)
+        return {**super().settings(), "order": self.order, "truncation": self.truncation,
+                "region": np.nan if region is None else float(region)}
 
     # ------------------------------------------------------------------ set-up
     def _setup_proposal(self, scaling):
