@@ -410,3 +410,73 @@ def test_mode_search_in_predictor_coordinates_matches_the_engine(family):
     compiled = {k if isinstance(k, str) else k[0] for k in step.engine._compiled}
     assert not compiled & {"sum_hess", "ll_sum_grad"}, compiled
     assert np.all(np.abs(step.theta_hat - ref.theta) < 0.01 * sd)
+
+
+@pytest.mark.parametrize("family", ["bernoulli_logit", "normal_scale", "non_centred"])
+def test_full_data_fallback_needs_no_compile_in_the_draws(family):
+    """ScalableMH's exact full-data test (truncation, or a point outside the region) is
+    ready at construction, never compiled inside the draws: in predictor coordinates it
+    sums the NumPy row terms chunk by chunk, equal to the engine's compiled differences
+    (and -inf for a scale outside its support); with bounds in ``q`` the engine's
+    function is compiled by the constructor."""
+    import pymc as pm
+
+    import pymc_subsample as pms
+
+    rng = np.random.default_rng(16)
+    n, groups = 70_000, 8  # more than one 65,536-row chunk
+    X = rng.standard_normal((n, 2))
+    g = rng.integers(0, groups, n)
+    eta = X @ np.array([0.5, -1.0]) + 0.3
+    with pm.Model() as model:
+        b = pm.Normal("b", 0.0, 2.0, shape=2)
+        a = pm.Normal("a", 0.0, 2.0)
+        if family == "bernoulli_logit":
+            y = (rng.random(n) < 1.0 / (1.0 + np.exp(-eta))).astype(np.int64)
+            pm.Bernoulli("y", logit_p=a + pm.math.dot(X, b), observed=y)
+        elif family == "normal_scale":
+            pm.Normal("y", a + pm.math.dot(X, b), pm.HalfNormal("sigma", 2.0),
+                      observed=eta + 1.5 * rng.standard_normal(n))
+        else:
+            tau = pm.HalfNormal("tau", 1.0)
+            z = pm.Normal("z", 0.0, 1.0, shape=groups)
+            y = (rng.random(n) < 1.0 / (1.0 + np.exp(-eta))).astype(np.int64)
+            pm.Bernoulli("y", logit_p=a + tau * z[g] + pm.math.dot(X, b), observed=y)
+    with model, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        step = pms.ScalableMH()
+    assert step._vmap is not None
+    compiled = {k if isinstance(k, str) else k[0] for k in step.engine._compiled}
+    assert "ll_diff" not in compiled, compiled
+    q = step.theta_hat
+    for k in range(3):
+        q_prop = q + rng.normal(0.0, 0.05, q.size)
+        ours = step.full_loglik_diff(q, q_prop)
+        ref = step.engine.full_loglik_diff(q, q_prop)
+        assert abs(ours - ref) < 1e-7 * max(1.0, abs(ref)), (ours, ref)
+    if family == "normal_scale":
+        far = q.copy()
+        point = model.initial_point()
+        sizes = [np.size(point[v.name]) for v in step.engine.vars]
+        names = [v.name for v in step.engine.vars]
+        far[int(np.sum(sizes[:names.index("sigma_log__")]))] = -800.0  # exp(-800) == 0.0
+        assert step.full_loglik_diff(q, far) == -np.inf
+
+
+def test_full_data_fallback_compiled_at_construction_with_bounds_in_q():
+    import pymc as pm
+
+    import pymc_subsample as pms
+
+    rng = np.random.default_rng(17)
+    n = 2_000
+    x = rng.standard_normal(n)
+    with pm.Model() as model:
+        b = pm.Normal("b", 0.0, 2.0)
+        pm.Bernoulli("y", logit_p=b * x, observed=(rng.random(n) < 0.5).astype(np.int64))
+    with model, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        step = pms.ScalableMH(bound_form="cornish")
+    assert step._vmap is None
+    compiled = {k if isinstance(k, str) else k[0] for k in step.engine._compiled}
+    assert "ll_diff" in compiled, compiled

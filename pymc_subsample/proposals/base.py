@@ -126,6 +126,11 @@ class Proposal(ABC):
     #: ``mode`` is ``theta_hat``, the control variates' centre (``"center"``), or the mean of
     #: the Gaussian (Laplace) approximation there (``"gaussian_mean"``)
     reference_point: str = "center"
+    #: what the proposal's tuning is fed after each transition: whether it accepted
+    #: (``"accepted"``), or the acceptance probability of the data-free first factor of
+    #: the factorised test under order-2 control variates (``"first_factor"``: the
+    #: Hamiltonian error on the surrogate, as HMC tunes)
+    tune_signal: str = "accepted"
     #: the attributes that ``_reset_state`` re-creates and tuning changes (besides
     #: ``tuning`` and the step-size adapter): the chain state of :meth:`get_state`
     _state_attrs: tuple[str, ...] = ()
@@ -176,6 +181,12 @@ class Proposal(ABC):
         self._shape = (ndim,)
         self.reset()
         return self
+
+    def scaling_from_sd(self, sd: np.ndarray) -> float | None:
+        """The scaling to start from when the step gives none, from the marginal sds
+        ``sd`` of the Gaussian approximation; None leaves the step's default (most
+        proposals read the covariance itself at :meth:`setup`)."""
+        return None
 
     def reset(self) -> None:
         """Return to the state right after :meth:`setup` (called at each chain start).

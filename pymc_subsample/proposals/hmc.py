@@ -72,6 +72,7 @@ class SurrogateHMC(_TunedScalar, Proposal):
     """
 
     gradient = "surrogate"
+    tune_signal = "first_factor"
 
     def __init__(self, step_size: float | None = None, *, path_length: float = 5.0,
                  max_steps: int = 64, adapt: bool = True, adapt_mass: bool = True,

@@ -105,6 +105,13 @@ class Langevin(_TunedScalar, Proposal):
         self._pre = self._preconditioner(ndim, cov)
         self._h0 = self._start_step(ndim, scaling)
 
+    def scaling_from_sd(self, sd):
+        """A scalar step size ``h`` from the smallest posterior sd: ``h = 1.65^2
+        sd_min^2 / d^(1/3)``, the optimal MALA scaling of Roberts & Rosenthal ("Optimal
+        scaling of discrete approximations to Langevin diffusions", 1998)."""
+        sd = np.asarray(sd, dtype=np.float64)
+        return float(np.min(sd) ** 2 * 1.65**2 / sd.size ** (1 / 3))
+
     def _preconditioner(self, ndim, cov):
         """The factor of ``M`` (None for the identity)."""
         pre = self.precondition

@@ -28,7 +28,7 @@ from pymc.util import get_value_vars_from_user_vars
 
 from .. import _memmap
 from ..engine import LikelihoodEngine
-from ..proposals import Langevin, SurrogateHMC, as_proposal
+from ..proposals import as_proposal
 from .state import (
     BASE_STATS,
     SETTING_PREFIX,
@@ -225,10 +225,10 @@ class SubsampleStep(ChainState, ArrayStepShared):
     def _setup_proposal(self, scaling):
         if scaling is None:
             scaling = self.default_scaling()
-            if isinstance(self.proposal, Langevin):
-                # Langevin takes a scalar step size h: from the smallest posterior sd
-                sd = scaling * np.sqrt(self.ndim) / 2.38
-                scaling = float(np.min(sd) ** 2 * 1.65**2 / self.ndim ** (1 / 3))
+            # the marginal sds behind the random-walk default (its 2.38 / sqrt(d) factor
+            # undone), for proposals that start from a scaling of their own
+            own = self.proposal.scaling_from_sd(scaling * np.sqrt(self.ndim) / 2.38)
+            scaling = scaling if own is None else own
         self.proposal.setup(
             self.ndim, scaling=scaling, grad_fn=self._minibatch_grad, n_total=self.n_rows
         )
@@ -416,7 +416,8 @@ class SubsampleStep(ChainState, ArrayStepShared):
         data-free factor's acceptance probability, the Hamiltonian error on the
         surrogate, as HMC tunes."""
         p, self._first_prob = getattr(self, "_first_prob", 0.0), 0.0
-        if isinstance(self.proposal, SurrogateHMC) and getattr(self.proxy, "order", 0) == 2:
+        if (self.proposal.tune_signal == "first_factor"
+                and getattr(self.proxy, "order", 0) == 2):
             return p
         return bool(accepted)
 

@@ -29,7 +29,7 @@ from ..kernels.control_variates import (
 from ..kernels.rows import ImportanceSampler, RowSampler
 from ..kernels.alias import AliasTable
 from ..predictor import curved_predictor_map
-from ..proposals import Langevin, SurrogateHMC
+from ..proposals import SurrogateHMC
 from .base import SubsampleStep
 from .state import BASE_STATS
 
@@ -258,9 +258,8 @@ class GrowingBatchStep(SubsampleStep):
         """Set the proposal up with the Laplace approximation at the current centre."""
         mean, cov = self.center.laplace(self.loglik_weight)
         self._set_laplace(mean, cov)
-        if scaling is None and isinstance(self.proposal, Langevin):
-            sd = np.sqrt(np.diag(cov))
-            scaling = float(np.min(sd) ** 2 * 1.65**2 / self.ndim ** (1 / 3))
+        if scaling is None:
+            scaling = self.proposal.scaling_from_sd(np.sqrt(np.diag(cov)))
         self.proposal.setup(
             self.ndim, scaling=scaling, grad_fn=self._proposal_grad_fn(), n_total=self.n_rows,
             mode=mean if self._wants_gaussian_mean() else self.center.theta, cov=cov,

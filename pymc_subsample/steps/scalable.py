@@ -271,6 +271,10 @@ class ScalableMH(SubsampleStep):
         gauss_mean, cov = self.center.laplace()
         self._set_laplace(gauss_mean, cov)
         self._vmap = self._predictor_map()
+        if self._vmap is None:
+            # the exact full-data test (truncation, or a point outside the region) runs
+            # the engine's compiled differences: compiled now, not inside the draws
+            eng.compile("ll_diff")
         if self._vmap is not None:
             self.psi = self._setup_predictor_coordinates(cov)
         else:
@@ -442,6 +446,22 @@ class ScalableMH(SubsampleStep):
 
         return remainder
 
+    def full_loglik_diff(self, q, q_prop, x=None, x_prop=None) -> float:
+        """``sum_i l_i(q') - l_i(q)`` over all N rows, for the exact full-data test: the
+        predictor coordinates' NumPy row terms chunk by chunk when the bounds live in
+        them (nothing to compile), else the engine's compiled differences. A proposal
+        whose rows give NaN (a parameter outside its support) gives -inf: rejected."""
+        if self._vmap is None:
+            return self.engine.full_loglik_diff(q, q_prop)
+        x = self.coordinates(q) if x is None else x
+        x_prop = self.coordinates(q_prop) if x_prop is None else x_prop
+        eng, vmap, total = self.engine, self._vmap, 0.0
+        with np.errstate(all="ignore"):
+            for start, stop in eng.row_ranges(65536):
+                data = eng.gather_slice(start, stop)
+                total += vmap.chunk_loglik(x_prop, data) - vmap.chunk_loglik(x, data)
+        return total if total == total else -math.inf
+
     # ------------------------------------------------------------------ the step
     def _decide(self, q, q_prop, log_prior_ratio, log_qratio):
         # the proxy and the bounds live in q, or in the predictor coordinates v(q)
@@ -473,10 +493,9 @@ class ScalableMH(SubsampleStep):
                     phi = math.inf
         if self.psi_total == 0.0:
             phi = 0.0  # the remainders vanish (e.g. a Normal likelihood with known scale)
-        eng = self.engine
 
         def full_log_ratio():
-            return log_prior_ratio + log_qratio + eng.full_loglik_diff(q, q_prop)
+            return log_prior_ratio + log_qratio + self.full_loglik_diff(q, q_prop, x, x_prop)
 
         res = smh_test(
             self.rng,
