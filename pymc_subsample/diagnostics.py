@@ -220,6 +220,18 @@ def step_settings(idata) -> dict:
     return out
 
 
+def _data_used_and_axes(idata, ax):
+    """The ``data_used`` stat and the axes to draw on (new ones when ``ax`` is None)."""
+    import matplotlib.pyplot as plt
+
+    used = _stat(get_group(idata, "sample_stats"), "data_used")
+    if used is None:
+        raise KeyError("sample_stats has no 'data_used'.")
+    if ax is None:
+        _, ax = plt.subplots()
+    return used, ax
+
+
 def plot_batch_sizes(idata, *, ax=None, bins="auto", log=False, **hist_kwargs):
     """Histogram of the rows read per step (the batch-size plots of Seita et al. 2017,
     Figs. 2 and 4).
@@ -238,13 +250,7 @@ def plot_batch_sizes(idata, *, ax=None, bins="auto", log=False, **hist_kwargs):
     -------
     matplotlib.axes.Axes
     """
-    import matplotlib.pyplot as plt
-
-    used = _stat(get_group(idata, "sample_stats"), "data_used")
-    if used is None:
-        raise KeyError("sample_stats has no 'data_used'.")
-    if ax is None:
-        _, ax = plt.subplots()
+    used, ax = _data_used_and_axes(idata, ax)
     ax.hist(np.asarray(used.values).ravel(), bins=bins, log=log, **hist_kwargs)
     ax.set_xlabel("rows read per step (data_used)")
     ax.set_ylabel("steps")
@@ -258,13 +264,7 @@ def plot_data_used(idata, *, ax=None, **plot_kwargs):
     -------
     matplotlib.axes.Axes
     """
-    import matplotlib.pyplot as plt
-
-    used = _stat(get_group(idata, "sample_stats"), "data_used")
-    if used is None:
-        raise KeyError("sample_stats has no 'data_used'.")
-    if ax is None:
-        _, ax = plt.subplots()
+    used, ax = _data_used_and_axes(idata, ax)
     for c in used["chain"].values:
         ax.plot(used.sel(chain=c).values, label=f"chain {int(c)}", **plot_kwargs)
     ax.set_xlabel("draw")
