@@ -38,7 +38,7 @@ from ..kernels.control_variates import (
 )
 from ..kernels.rows import ImportanceSampler, RowSampler
 from ..kernels.thinning import AliasTable
-from ..predictor import curved_predictor_map
+from ..engine.predictor import curved_predictor_map
 from ..proposals import Langevin, SurrogateHMC, as_proposal
 
 try:  # PyTensor >= 2.31 moved graph traversal helpers
@@ -533,7 +533,7 @@ class SubsampleStep(ArrayStepShared):
     #: ``(q, log prior at q)`` of the current state, reused within a draw (see astep)
     _prior_now = None
 
-    #: predictor coordinates (:mod:`pymc_subsample.predictor`), when the control
+    #: predictor coordinates (:mod:`pymc_subsample.engine.predictor`), when the control
     #: variates live there
     _vmap = None
     proxy = None
@@ -601,7 +601,7 @@ class GrowingBatchStep(SubsampleStep):
     the default proposal is then preconditioned by the Laplace approximation there.
     For a one-parameter GLM whose linear predictor is affine in data-free parameter
     expressions but not in the sampled variables (a non-centred hierarchical model), the
-    proxy is taken in those predictor coordinates (:mod:`pymc_subsample.predictor`) and
+    proxy is taken in those predictor coordinates (:mod:`pymc_subsample.engine.predictor`) and
     the default proposal is :class:`~pymc_subsample.proposals.SurrogateHMC`.
 
     Subclasses implement :meth:`_run_test` (the acceptance kernel on a row function and a
