@@ -232,19 +232,21 @@ class BatchFunctions:
     def _on_all_rows(self, key, points, chunk):
         """The outputs of ``key`` summed over all ``N`` rows, read in contiguous chunks
         (bounded memory; one pass over the data, see :meth:`row_ranges`)."""
-        spec = FUNCTIONS[key]
+        per_row = FUNCTIONS[key].per_row
         f = self._fn(key)
         args = _points(points)
-        total = None
+        total, values = None, []
         for data in self._chunks(chunk):
             out = f(*args, *data)
-            out = list(out) if isinstance(out, (list, tuple)) else [out]
-            if spec.per_row:
-                out = [o.sum() for o in out]
+            if not isinstance(out, (list, tuple)):
+                # one output: the chunks' values are added by Python's sum (compensated
+                # from Python 3.12), the others in order
+                values.append(float(out.sum() if per_row else out))
+                continue
             out = [float(o) if np.ndim(o) == 0 else o for o in out]
             total = [0.0 + o for o in out] if total is None else [t + o for t, o in
                                                                   zip(total, out)]
-        return total[0] if len(total) == 1 else tuple(total)
+        return float(sum(values)) if total is None else tuple(total)
 
     # ------------------------------------------------------------------ public functions
     def prior(self, q) -> float:
