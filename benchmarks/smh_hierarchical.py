@@ -7,7 +7,7 @@ Normal(0, 2)``, ``tau ~ HalfNormal(1)``, ``b ~ Normal(0, 1)``. The linear predic
 affine in the sampled variables (``tau`` is sampled on the log scale and multiplies
 ``z``), so ScalableMH takes its control variates and bounds in the predictor coordinates
 ``(b, mu + tau * z)`` and proposes by a Hamiltonian trajectory on the data-free surrogate
-(``pymc_subsample.predictor``, ``pymc_subsample.proposals.SurrogateHMC``).
+(``pymc_subsample.engine.predictor``, ``pymc_subsample.proposals.SurrogateHMC``).
 
 ``pms.ScalableMH()`` (2 chains x (1,000 tune + 3,000 draws)) and ``pm.sample()`` (NUTS,
 2 chains x (500 + 500)), both ``cores=1``, the step built inside the timed call. Printed:

@@ -9,7 +9,7 @@ stalls (a non-concave log posterior far from the mode) the search falls back to 
 one Hessian pass.
 
 For an ordinary GLM the steps pass a
-:class:`~pymc_subsample.predictor.PredictorLikelihood` instead of the engine: its passes
+:class:`~pymc_subsample.engine.predictor.PredictorLikelihood` instead of the engine: its passes
 use NumPy row terms, so no Hessian graph is compiled on first use, and since its Hessian
 pass costs about a gradient pass (``cheap_hessian``) the search takes exact Newton steps
 straight from the warm start.

@@ -7,7 +7,7 @@ posteriors.
 The hierarchical logistic regression (group indices) is run in both forms and both pass.
 The non-centred form (``mu + tau * z[g]``, data-rich groups) needs the control variates
 in the predictor coordinates ``(b, mu + tau * z)`` and the surrogate HMC proposal, which
-the steps choose by themselves (``pymc_subsample.predictor``); with the control variates
+the steps choose by themselves (``pymc_subsample.engine.predictor``); with the control variates
 in the sampled variables it failed (ESS 3-4, tau off by 1.3-1.4 sd). A fast test checks
 that a step still warns where its control variates leave large residuals (the same
 model with a Normal likelihood of unknown scale). ScalableMH() samples the
@@ -84,7 +84,7 @@ default three transitions per draw, so its rows/step are per draw of three tests
 
 Hierarchical model (non-centred, group indices): AustereMH and BarkerMinibatch take
 their control variates in predictor coordinates and propose with SurrogateHMC
-(:mod:`pymc_subsample.predictor`). Before that it was a strict xfail here: every
+(:mod:`pymc_subsample.engine.predictor`). Before that it was a strict xfail here: every
 component had a bulk ESS of 3-5 out of 20,000 draws (tau 1.4 / 1.3 reference sds too
 high): in ``q`` the Laplace approximation at the joint mode (tau = 1.98, far from the
 posterior mass at 0.80 +- 0.14) is a poor Gaussian for the curved (tau, z) ridge.

@@ -223,8 +223,8 @@ def test_predictor_map_of_a_non_centred_model():
     are ``b`` and the group intercepts, the predictor is affine in them and equals the
     model's."""
     from pymc_subsample.engine import LikelihoodEngine
-    from pymc_subsample.glm import detect_glm, eta_is_affine
-    from pymc_subsample.predictor import predictor_map
+    from pymc_subsample.engine.glm import detect_glm, eta_is_affine
+    from pymc_subsample.engine.predictor import predictor_map
 
     model, g, x = _non_centred()
     with model:
@@ -362,7 +362,7 @@ def test_per_row_scale_keeps_the_bounds_in_q():
 @pytest.mark.parametrize("family", ["bernoulli_logit", "normal_scale"])
 def test_mode_search_in_predictor_coordinates_matches_the_engine(family):
     """On an ordinary GLM (predictor coordinates affine in ``q``) the mode search runs on
-    the NumPy row terms (:class:`~pymc_subsample.predictor.PredictorLikelihood`): the same
+    the NumPy row terms (:class:`~pymc_subsample.engine.predictor.PredictorLikelihood`): the same
     mode and the same gradient and Hessian sums as with the engine's compiled Hessian,
     and ScalableMH's set-up compiles neither that Hessian nor the full-data gradient
     (their compilation dominated a first use)."""
@@ -370,8 +370,8 @@ def test_mode_search_in_predictor_coordinates_matches_the_engine(family):
 
     import pymc_subsample as pms
     from pymc_subsample.center import find_center
-    from pymc_subsample.glm import detect_glm
-    from pymc_subsample.predictor import PredictorLikelihood, affine_likelihood
+    from pymc_subsample.engine.glm import detect_glm
+    from pymc_subsample.engine.predictor import PredictorLikelihood, affine_likelihood
 
     rng = np.random.default_rng(15)
     n = 50_000  # above twice the warm start's rows: both phases run

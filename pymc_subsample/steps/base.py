@@ -405,7 +405,7 @@ class SubsampleStep(ChainState, ArrayStepShared):
     #: ``(q, log prior at q)`` of the current state, reused within a draw (see astep)
     _prior_now = None
 
-    #: predictor coordinates (:mod:`pymc_subsample.predictor`), when the control
+    #: predictor coordinates (:mod:`pymc_subsample.engine.predictor`), when the control
     #: variates live there
     _vmap = None
     proxy = None

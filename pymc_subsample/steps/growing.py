@@ -28,7 +28,7 @@ from ..kernels.control_variates import (
 )
 from ..kernels.rows import ImportanceSampler, RowSampler
 from ..kernels.alias import AliasTable
-from ..predictor import curved_predictor_map
+from ..engine.predictor import curved_predictor_map
 from ..proposals import SurrogateHMC
 from .base import SubsampleStep
 from .state import BASE_STATS
@@ -77,7 +77,7 @@ class GrowingBatchStep(SubsampleStep):
     the default proposal is then preconditioned by the Laplace approximation there.
     For a one-parameter GLM whose linear predictor is affine in data-free parameter
     expressions but not in the sampled variables (a non-centred hierarchical model), the
-    proxy is taken in those predictor coordinates (:mod:`pymc_subsample.predictor`) and
+    proxy is taken in those predictor coordinates (:mod:`pymc_subsample.engine.predictor`) and
     the default proposal is :class:`~pymc_subsample.proposals.SurrogateHMC`.
 
     Subclasses implement :meth:`_run_test` (the acceptance kernel on a row function and a

@@ -12,10 +12,10 @@ import numpy as np
 import scipy.linalg as sla
 
 from ..center import center_at, find_center, parse_point
-from ..glm import (SUPPORTED_TEXT, chunk_psi, detect_glm, eta_is_affine, glm_psi,
+from ..engine.glm import (SUPPORTED_TEXT, chunk_psi, detect_glm, eta_is_affine, glm_psi,
                    two_param_chunk_psi)
 from ..kernels.control_variates import TaylorProxy
-from ..predictor import affine_likelihood, covered_predictor_map
+from ..engine.predictor import affine_likelihood, covered_predictor_map
 from ..proposals import SurrogateHMC
 from ..kernels.control_variates import residuals
 from ..kernels.phi import path_phi, taylor_phi, whitened_phi
@@ -81,7 +81,7 @@ class ScalableMH(SubsampleStep):
     bounds : "auto", callable or array, default "auto"
         Per-row constants ``psi_i`` bounding the (k+1)-th derivatives of
         ``-log p(x_i | q)``. ``"auto"`` recognises GLMs (see
-        :data:`pymc_subsample.glm.SUPPORTED_TEXT`); a callable ``bounds(order)`` or an
+        :data:`pymc_subsample.engine.glm.SUPPORTED_TEXT`); a callable ``bounds(order)`` or an
         array of length ``N`` gives them for any other model. A drawn row that breaks its
         bound raises :class:`~pymc_subsample.kernels.thinning.BoundViolationError`.
     bound_form : {"whitened", "cornish"}, optional
@@ -129,7 +129,7 @@ class ScalableMH(SubsampleStep):
     the step's unconstrained variables but is affine in a few data-free parameter
     expressions, ``eta_i = a_i . v(q) + o_i`` (a non-centred hierarchical model:
     ``v = (beta, mu + tau * z)``), the Taylor control variates, the whitening, the region
-    and the bound constants are taken in ``v`` (:mod:`pymc_subsample.predictor`), and
+    and the bound constants are taken in ``v`` (:mod:`pymc_subsample.engine.predictor`), and
     ``v`` is evaluated exactly at both points of every step. A sampled scale adds its
     parameter parts (``log sigma``, or ``log sigma`` per group) to ``v``; the rows are then
     functions of ``(eta_i, log sigma_i)``, with path bounds over the box they can reach in
@@ -310,7 +310,7 @@ class ScalableMH(SubsampleStep):
         return (math.sqrt(dim) + 4.0) if r == "auto" else (None if r is None else float(r))
 
     def _predictor_map(self):
-        """The predictor coordinates (:mod:`pymc_subsample.predictor`) where the control
+        """The predictor coordinates (:mod:`pymc_subsample.engine.predictor`) where the control
         variates and bounds live, or None to keep them in ``q``.
 
         ``bounds="auto"`` with whitened bounds on a one-parameter GLM uses them. They are

@@ -28,18 +28,12 @@ from dataclasses import dataclass
 import numpy as np
 import pytensor
 import pytensor.tensor as pt
-from pytensor.tensor.elemwise import Elemwise
-from pytensor.tensor.subtensor import AdvancedSubtensor
-
-try:  # PyTensor < 3 has a separate Op for a gather by one index vector
-    from pytensor.tensor.subtensor import AdvancedSubtensor1
-except ImportError:  # pragma: no cover - PyTensor 3 (PyMC 6)
-    AdvancedSubtensor1 = AdvancedSubtensor
 from pymc.pytensorf import join_nonshared_inputs
 
+from .batch_graph import lift_gathers, parameter_parts
 from .glm import detect_glm, is_affine, sample_rows
-from .kernels.control_variates import TaylorProxy
-from .kernels.predictor import (
+from ..kernels.control_variates import TaylorProxy
+from ..kernels.predictor import (
     PREDICTOR_FAMILIES,
     SCALE_FAMILIES,
     predictor_sums,
@@ -51,77 +45,12 @@ from .kernels.predictor import (
 )
 
 try:
-    from pytensor.graph.traversal import ancestors, graph_inputs, io_toposort
+    from pytensor.graph.traversal import ancestors
 except ImportError:  # pragma: no cover
-    from pytensor.graph.basic import ancestors, graph_inputs, io_toposort
+    from pytensor.graph.basic import ancestors
 
 __all__ = ["PredictorMap", "PredictorLikelihood", "predictor_map", "covered_predictor_map",
            "curved_predictor_map", "affine_likelihood"]
-
-
-def _gather_parts(var):
-    """``(source, index)`` when ``var = source[index]`` (one index vector, 1-D source)."""
-    own = var.owner
-    if own is None or not isinstance(own.op, (AdvancedSubtensor1, AdvancedSubtensor)):
-        return None
-    if len(own.inputs) != 2:
-        return None
-    src, idx = own.inputs
-    if src.ndim == 1 and idx.ndim == 1 and idx.dtype.startswith(("int", "uint")):
-        return src, idx
-    return None
-
-
-def _lift(op, inputs, is_param):
-    """``op(p[idx], c) -> op(p, c)[idx]`` for an elementwise op whose inputs are gathers of
-    parameter vectors by one shared index, or broadcastable parameter expressions."""
-    idx, parts = None, []
-    for x in inputs:
-        g = _gather_parts(x)
-        if g is not None and is_param(g[0]):
-            if idx is not None and g[1] is not idx:
-                return None
-            idx = g[1]
-            parts.append(g[0])
-        elif is_param(x) and x.ndim <= 1 and all(x.type.broadcastable):
-            parts.append(x)
-        else:
-            return None
-    if idx is None:
-        return None
-    return op(*parts)[idx]
-
-
-def _lift_gathers(eta, is_param):
-    mapping = {}
-    for node in io_toposort(list(graph_inputs([eta])), [eta]):
-        new_inputs = [mapping.get(i, i) for i in node.inputs]
-        if isinstance(node.op, Elemwise) and len(node.outputs) == 1:
-            lifted = _lift(node.op, new_inputs, is_param)
-            if lifted is not None:
-                mapping[node.outputs[0]] = lifted
-                continue
-        if all(a is b for a, b in zip(new_inputs, node.inputs)):
-            continue
-        new_node = node.op.make_node(*new_inputs)
-        mapping.update(zip(node.outputs, new_node.outputs))
-    return mapping.get(eta, eta)
-
-
-def _parameter_parts(eta, is_param, value_vars):
-    """The maximal data-free sub-expressions of ``eta`` that depend on a value variable."""
-    parts, seen, stack = [], set(), [eta]
-    while stack:
-        v = stack.pop()
-        if id(v) in seen:
-            continue
-        seen.add(id(v))
-        if is_param(v):
-            if any(a in value_vars for a in ancestors([v])):
-                parts.append(v)
-        elif v.owner is not None:
-            stack.extend(v.owner.inputs)
-    return parts
 
 
 @dataclass
@@ -396,11 +325,11 @@ def predictor_map(engine, spec, *, curved_at=None) -> PredictorMap | None:
     def is_param(var):
         return not any(a in data_vars for a in ancestors([var]))
 
-    channels = [_lift_gathers(pt.as_tensor_variable(x), is_param)
+    channels = [lift_gathers(pt.as_tensor_variable(x), is_param)
                  for x in ([spec.eta, spec.log_scale] if scale else [spec.eta])]
     parts = []
     for x in channels:
-        parts += [p for p in _parameter_parts(x, is_param, value_vars)
+        parts += [p for p in parameter_parts(x, is_param, value_vars)
                   if not any(p is o for o in parts)]
     if not parts:
         raise ValueError(
@@ -427,7 +356,7 @@ def predictor_map(engine, spec, *, curved_at=None) -> PredictorMap | None:
     for part, sh, size in zip(parts, part_shapes, sizes):
         replace[part] = pt.cast(v_in[offset:offset + size].reshape(sh), part.dtype)
         offset += size
-    channels_v = engine._rebuild(channels, dict(replace))
+    channels_v = engine.batch_graph.rebuild(channels, dict(replace))
     left = [a for a in ancestors(channels_v) if a in value_vars]
     if left:
         raise ValueError(

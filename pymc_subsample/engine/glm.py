@@ -24,15 +24,16 @@ import numpy as np
 import pytensor.tensor as pt
 import pytensor.scalar as ps
 from pytensor.tensor.elemwise import Elemwise
+from pytensor.tensor.random.basic import (BernoulliRV, GammaRV, NegBinomialRV, NormalRV,
+                                          PoissonRV, StudentTRV)
 
-from .engine import graph_inputs
-from .kernels.bounds import glm_bound_constants
-from .kernels.region import TWO_PARAM_FAMILIES, local_sup, local_sup2, path_constant
+from ..kernels.bounds import glm_bound_constants
+from ..kernels.region import TWO_PARAM_FAMILIES, local_sup, local_sup2, path_constant
 
-try:
-    from pytensor.graph.traversal import ancestors
-except ImportError:  # pragma: no cover
-    from pytensor.graph.basic import ancestors
+try:  # PyTensor >= 2.31 moved graph traversal helpers
+    from pytensor.graph.traversal import ancestors, graph_inputs
+except ImportError:  # pragma: no cover - older PyTensor
+    from pytensor.graph.basic import ancestors, graph_inputs
 
 __all__ = ["GLMSpec", "detect_glm", "glm_psi", "chunk_psi", "two_param_chunk_psi",
            "eta_is_affine", "SUPPORTED_TEXT"]
@@ -158,9 +159,8 @@ def detect_glm(model) -> GLMSpec:
         )
     rv = obs[0]
     op = rv.owner.op
-    kind = type(op).__name__
     params = op.dist_params(rv.owner) if hasattr(op, "dist_params") else rv.owner.inputs[3:]
-    if kind == "BernoulliRV":
+    if isinstance(op, BernoulliRV):
         (p,) = params
         if p.owner is not None and isinstance(p.owner.op, Elemwise) and p.owner.op == _SIGMOID:
             spec = GLMSpec("bernoulli_logit", rv.name, p.owner.inputs[0], {})
@@ -172,7 +172,7 @@ def detect_glm(model) -> GLMSpec:
                 "logit link (logit_p=eta) nor with a probit link (p=pm.math.invprobit(eta)). "
                 + SUPPORTED_TEXT
             )
-    elif kind == "StudentTRV":
+    elif isinstance(op, StudentTRV):
         nu, mu, sigma = params
         nu_value = _fixed_value(nu, "degrees of freedom nu", rv.name, model)
         if _is_fixed(sigma, model):
@@ -180,23 +180,23 @@ def detect_glm(model) -> GLMSpec:
                 "nu": nu_value, "sigma": _fixed_value(sigma, "scale sigma", rv.name, model)})
         else:
             spec = GLMSpec("student_t_scale", rv.name, mu, {"nu": nu_value}, pt.log(sigma))
-    elif kind == "NormalRV":
+    elif isinstance(op, NormalRV):
         mu, sigma = params
         if _is_fixed(sigma, model):
             spec = GLMSpec("normal", rv.name, mu,
                            {"sigma": _fixed_value(sigma, "scale sigma", rv.name, model)})
         else:
             spec = GLMSpec("normal_scale", rv.name, mu, {}, pt.log(sigma))
-    elif kind == "GammaRV":
+    elif isinstance(op, GammaRV):
         # (shape, scale) whatever the user's parametrisation: mean = shape * scale
         shape, scale = params
         spec = GLMSpec("gamma_log", rv.name, pt.log(shape) + pt.log(scale), {}, pt.log(shape))
-    elif kind == "NegBinomialRV":
+    elif isinstance(op, NegBinomialRV):
         # (n, p) with n = alpha and p = alpha / (mu + alpha): log mu = log n + log((1-p)/p)
         n, p = params
         spec = GLMSpec("negbinomial_log", rv.name, pt.log(n) + pt.log1p(-p) - pt.log(p), {},
                        pt.log(n))
-    elif kind == "PoissonRV":
+    elif isinstance(op, PoissonRV):
         (mu,) = params
         if mu.owner is None or not (
             isinstance(mu.owner.op, Elemwise) and isinstance(mu.owner.op.scalar_op, ps.Exp)
@@ -209,7 +209,7 @@ def detect_glm(model) -> GLMSpec:
     else:
         raise ValueError(
             f"ScalableMH bounds='auto' does not know the likelihood of observed '{rv.name}' "
-            f"({kind}). " + SUPPORTED_TEXT
+            f"({type(op).__name__}). " + SUPPORTED_TEXT
         )
     spec.eta = model.replace_rvs_by_values([spec.eta])[0]
     if spec.log_scale is not None:

@@ -1,0 +1,393 @@
+"""Model analysis: which models the engine can subsample, and where their data rows are.
+
+Everything here reads the PyMC model and its PyTensor graph; nothing is compiled except
+by :func:`check_factorises`, which evaluates a function it is given. A model the
+subsampling steps cannot handle is refused with a :class:`ModelNotSupportedError` that
+names the variable and says what to do instead.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+
+import numpy as np
+import pytensor.tensor as pt
+from pytensor.compile.sharedvalue import SharedVariable
+from pytensor.graph.basic import Constant, Variable
+
+from pymc.data import MinibatchIndexRV
+from pymc.variational.minibatch_rv import MinibatchRandomVariable
+
+try:  # PyTensor >= 2.31 moved graph traversal helpers
+    from pytensor.graph.traversal import ancestors, graph_inputs
+except ImportError:  # pragma: no cover - older PyTensor
+    from pytensor.graph.basic import ancestors, graph_inputs
+
+__all__ = ["ModelNotSupportedError", "RowData", "ModelRows", "analyse_model",
+           "check_factorises", "data_fingerprint"]
+
+#: the ops of PyMC's own minibatching (``pm.Minibatch`` data, ``total_size=``)
+_MINIBATCH_OPS = (MinibatchRandomVariable, MinibatchIndexRV)
+
+
+class ModelNotSupportedError(ValueError):
+    """The model cannot be subsampled row by row (the message says why and what to do)."""
+
+
+@dataclass
+class RowData:
+    """One row-indexed data tensor of the model.
+
+    Attributes
+    ----------
+    name : str
+        Readable name (the ``pm.Data`` / observed variable name, or a description).
+    variable : Variable
+        The constant or shared variable in the model's graph.
+    batch_input : Variable
+        The symbolic input that replaces it in the batch graph (leading dim unknown).
+    """
+
+    name: str
+    variable: Variable
+    batch_input: Variable
+    _array: np.ndarray | None = field(default=None, repr=False)
+
+    def array(self) -> np.ndarray:
+        """The full data array (no copy). Shared values are re-read on every call."""
+        if self._array is not None:
+            return self._array
+        return self.variable.get_value(borrow=True)
+
+
+@dataclass
+class ModelRows:
+    """What :func:`analyse_model` finds in a model.
+
+    Attributes
+    ----------
+    row_dim : str or None
+        The observation dim, when the model names one.
+    n_rows : int
+        Number of rows ``N``.
+    rows : list of RowData
+        The row-indexed data tensors of the likelihood.
+    loglik_terms : list of (TensorVariable, TensorVariable)
+        ``(observed variable, elementwise log-likelihood)`` pairs, leading axis the rows.
+    prior : TensorVariable
+        Log density of the free variables (with transform Jacobians) and the Potentials.
+    """
+
+    row_dim: str | None
+    n_rows: int
+    rows: list
+    loglik_terms: list
+    prior: Variable
+
+
+def analyse_model(model, shared, point, row_dim=None) -> ModelRows:
+    """Check that ``model`` factorises over data rows and find those rows.
+
+    Parameters
+    ----------
+    model : pymc.Model
+    shared : dict
+        ``{value variable: shared variable}`` of the variables the step does not sample
+        (they are never row data).
+    point : dict
+        The model's initial point (for the per-row latent variable check).
+    row_dim : str, optional
+        Name of the observation dim (default: found from the observed variables).
+
+    Returns
+    -------
+    ModelRows
+
+    Raises
+    ------
+    ModelNotSupportedError
+        When the model cannot be subsampled row by row.
+    """
+    _check_observed(model)
+    row_dim, n_rows = _find_rows(model, row_dim)
+    ll_terms = _loglik_terms(model)
+    prior = _prior_terms(model, _data_candidates(model, n_rows, shared))
+    rows = _find_row_data(model, ll_terms, n_rows, row_dim, shared)
+    _check_no_row_latents(model, ll_terms, point, n_rows, row_dim)
+    return ModelRows(row_dim, n_rows, rows, ll_terms, prior)
+
+
+def _var_label(var) -> str:
+    return var.name if getattr(var, "name", None) else f"<unnamed {type(var).__name__} {var.type}>"
+
+
+def _static_len(var) -> int | None:
+    """Length of the leading axis, read without evaluating any graph."""
+    if isinstance(var, Constant):
+        data = var.data
+        return None if np.ndim(data) == 0 else int(np.shape(data)[0])
+    if isinstance(var, SharedVariable):
+        val = var.get_value(borrow=True)
+        return None if np.ndim(val) == 0 else int(np.shape(val)[0])
+    shp = getattr(var.type, "shape", None)
+    if shp and shp[0] is not None:
+        return int(shp[0])
+    return None
+
+
+def _full_shape(var) -> tuple[int, ...]:
+    if isinstance(var, Constant):
+        return tuple(np.shape(var.data))
+    return tuple(np.shape(var.get_value(borrow=True)))
+
+
+def _check_observed(model):
+    if not model.observed_RVs:
+        raise ModelNotSupportedError(
+            "The model has no observed variables: there are no data rows to subsample. "
+            "Use a full-data sampler (pm.NUTS, pm.Metropolis) for this model."
+        )
+    free_names = {rv.name for rv in model.free_RVs}
+    for rv in model.observed_RVs:
+        name = rv.name
+        if name.endswith("_observed") and name[: -len("_observed")] + "_unobserved" in free_names:
+            base = name[: -len("_observed")]
+            raise ModelNotSupportedError(
+                f"Observed variable '{base}' has missing values, which PyMC imputes with the "
+                f"free variable '{base}_unobserved'. Subsampling steps need fully observed "
+                "rows: drop the rows with missing values (or model the missingness "
+                "explicitly) before building the model."
+            )
+        # pm.Minibatch / total_size: PyMC's own subsampling for variational inference
+        # (the observed variable is wrapped in a MinibatchRandomVariable, the data
+        # drawn by a MinibatchIndexRV)
+        if any(v.owner is not None and isinstance(v.owner.op, _MINIBATCH_OPS)
+               for v in ancestors([rv])):
+            raise ModelNotSupportedError(
+                f"Observed variable '{name}' uses pm.Minibatch or total_size=, PyMC's "
+                "subsampling for variational inference. The subsampling steps draw the "
+                "rows themselves and need the whole data set in the model: build it on "
+                "all N rows (the arrays, a pm.Data or a numpy.memmap) without "
+                "pm.Minibatch and total_size=; each step then reads only the rows it "
+                "draws."
+            )
+
+
+def _find_rows(model, row_dim):
+    lengths = {}
+    dims_seen = set()
+    for rv in model.observed_RVs:
+        value = model.rvs_to_values[rv]
+        n = _static_len(value)
+        if n is None:
+            raise ModelNotSupportedError(
+                f"Observed variable '{rv.name}' is a scalar: there is no row axis to "
+                "subsample. Give each observation its own row (a 1-D or 2-D observed array)."
+            )
+        lengths[rv.name] = n
+        dims = model.named_vars_to_dims.get(rv.name)
+        if dims and dims[0] is not None:
+            dims_seen.add(dims[0])
+    if len(set(lengths.values())) > 1:
+        listing = ", ".join(f"'{k}' has {v}" for k, v in lengths.items())
+        raise ModelNotSupportedError(
+            "The observed variables have rows of different lengths "
+            f"({listing}); subsampling needs every observed variable indexed by the same "
+            "rows. Split the model or align the observed arrays row by row."
+        )
+    n_rows = next(iter(lengths.values()))
+    if row_dim is None and len(dims_seen) == 1:
+        row_dim = next(iter(dims_seen))
+    if row_dim is not None:
+        if row_dim not in model.dim_lengths:
+            raise ValueError(f"row_dim='{row_dim}' is not a dim of the model.")
+    return row_dim, n_rows
+
+
+def _loglik_terms(model):
+    terms = model.logp(vars=model.observed_RVs, sum=False)
+    out = []
+    for rv, term in zip(model.observed_RVs, terms):
+        if term.ndim == 0:
+            raise ModelNotSupportedError(
+                f"The likelihood of observed variable '{rv.name}' does not factorise over "
+                "rows: its log-density is one term for all rows together (e.g. an observed "
+                "GaussianRandomWalk, AR or a single MvNormal across all rows). Subsampling "
+                "needs one log-likelihood term per row."
+            )
+        out.append((rv, term))
+    return out
+
+
+def _prior_terms(model, data_vars):
+    prior_vars = list(model.free_RVs)
+    for pot in model.potentials:
+        touched = [v for v in ancestors([pot]) if v in data_vars]
+        if touched:
+            raise ModelNotSupportedError(
+                f"Potential '{pot.name}' uses the data rows "
+                f"({', '.join(sorted({_var_label(v) for v in touched}))}). A Potential is one "
+                "term over all rows at once, which a subsampling step cannot split. Write "
+                "per-row terms as an observed pm.CustomDist (one logp term per row) instead."
+            )
+        prior_vars.append(pot)
+    if not prior_vars:
+        return pt.constant(0.0, dtype="float64")
+    return model.logp(vars=prior_vars, jacobian=True, sum=True)
+
+
+def _data_candidates(model, n, shared):
+    """Constants and shared data of the observed terms with a leading axis of length N."""
+    cands = set()
+    terms = [model.rvs_to_values[rv] for rv in model.observed_RVs]
+    terms += list(model.observed_RVs)
+    for var in graph_inputs(terms + list(model.potentials)):
+        if isinstance(var, (Constant, SharedVariable)) and var not in shared.values():
+            try:
+                if _static_len(var) == n:
+                    cands.add(var)
+            except Exception:  # RNGs and other non-array shared variables
+                continue
+    for rv in model.observed_RVs:
+        cands.add(model.rvs_to_values[rv])
+    return cands
+
+
+def _find_row_data(model, ll_terms, n, row_dim, shared):
+    dims_of = model.named_vars_to_dims
+    data_names = {v: k for k, v in model.named_vars.items()}
+    dim_length_vars = set(model.dim_lengths.values())
+    obs_values = {model.rvs_to_values[rv]: rv.name for rv in model.observed_RVs}
+    rows = []
+    transposed = []
+    for var in graph_inputs([t for _, t in ll_terms]):
+        if not isinstance(var, (Constant, SharedVariable)):
+            continue
+        if var in shared.values() or var in dim_length_vars:
+            continue
+        if isinstance(var, SharedVariable) and not isinstance(
+            getattr(var, "type", None), pt.TensorType
+        ):
+            continue  # random generators and other non-tensor shared state
+        if var.type.ndim == 0:
+            continue
+        shape = _full_shape(var)
+        name = obs_values.get(var) or data_names.get(var) or _var_label(var)
+        dims = dims_of.get(name) if name in model.named_vars else None
+        if dims and dims[0] is not None and row_dim is not None:
+            is_row = dims[0] == row_dim
+        else:
+            is_row = shape[0] == n
+        if not is_row:
+            if n in shape[1:] and n > 1 and not (dims and row_dim in dims[:1]):
+                transposed.append((name, shape))
+            continue
+        if var in obs_values:
+            label = f"observed '{name}'"
+        elif name in model.named_vars:
+            label = f"data '{name}'"
+        else:
+            label = f"constant of shape {shape}"
+        static = (None,) + tuple(var.type.shape[1:])
+        batch = pt.TensorType(var.type.dtype, shape=static)(name=f"rows[{len(rows)}]")
+        arr = var.data if isinstance(var, Constant) else None
+        rows.append(RowData(label, var, batch, arr))
+    if transposed:
+        what = ", ".join(f"{nm} with shape {sh}" for nm, sh in transposed)
+        raise ModelNotSupportedError(
+            f"Data ({what}) has {n} (the number of rows) along an axis other than the first. "
+            "Subsampling gathers rows along the first axis of every data array: store the "
+            "data with one observation per leading index (e.g. X of shape (N, k), not (k, N))."
+        )
+    if not rows:  # pragma: no cover - the observed values are always row data
+        raise ModelNotSupportedError("No row-indexed data was found in the likelihood.")
+    return rows
+
+
+def _check_no_row_latents(model, ll_terms, point, n, row_dim):
+    used = set(ancestors([t for _, t in ll_terms]))
+    for v in model.value_vars:
+        val = point[v.name]
+        if v in used and np.ndim(val) >= 1 and val.shape[0] == n and n > 1:
+            dims = model.named_vars_to_dims.get(model.values_to_rvs[v].name)
+            if dims and row_dim is not None and dims[0] != row_dim:
+                continue
+            raise ModelNotSupportedError(
+                f"Free variable '{model.values_to_rvs[v].name}' has one value per data row "
+                f"(shape {val.shape}): a per-row latent variable makes every step O(N) "
+                "(its prior has N terms). Subsampling steps need a parameter vector whose "
+                "size does not grow with the data; integrate the latent variable out."
+            )
+
+
+def check_factorises(loglik, n_rows, q0, observed_names):
+    """Refuse a model whose rows' terms depend on the other rows of the batch.
+
+    Parameters
+    ----------
+    loglik : callable
+        ``loglik(q, rows) -> (len(rows),)`` per-row log-likelihood terms.
+    n_rows : int
+    q0 : ndarray
+        The initial point; the check runs at a random point about it.
+    observed_names : list of str
+        For the message.
+    """
+    rng = np.random.default_rng(12345)  # fixed: a build-time check, not sampling
+    k = min(n_rows, 6)
+    rows = rng.choice(n_rows, size=k, replace=False).astype(np.int64)
+    # away from the initial point: at e.g. a zero coefficient a cumulative sum or a
+    # centring over the batch can vanish and hide the dependence between rows
+    q = q0 + rng.normal(0.0, 0.3, q0.size)
+    try:
+        a = loglik(q, rows)
+        b = loglik(q, rows[::-1])[::-1]
+        c = np.array([loglik(q, rows[i : i + 1])[0] for i in range(min(k, 3))])
+    except Exception as err:
+        raise ModelNotSupportedError(
+            "Evaluating the likelihood on a subset of rows failed, so the model does not "
+            "look row-factorising (some data or parameter seems to be tied to all N rows). "
+            f"Underlying error: {type(err).__name__}: {err}"
+        ) from err
+    if a.shape != (k,):
+        raise ModelNotSupportedError(
+            f"The batch log-likelihood returned shape {a.shape} for {k} rows; the likelihood "
+            "does not factorise over the rows of the data."
+        )
+    ok = np.allclose(a, b, rtol=1e-9, atol=1e-12, equal_nan=True) and np.allclose(
+        a[: c.size], c, rtol=1e-9, atol=1e-12, equal_nan=True
+    )
+    if not ok:
+        raise ModelNotSupportedError(
+            f"The likelihood of {', '.join(observed_names)} does not factorise over rows: a "
+            "row's log-likelihood changes with the other rows in the batch (e.g. the model "
+            "uses a sum, mean, cumulative sum or sort over the data). Subsampling needs one "
+            "independent term per row."
+        )
+
+
+def data_fingerprint(rows, n_rows, n_read) -> tuple:
+    """Shape, dtype and a digest of ``n_read`` evenly spread rows of each row-data array.
+
+    Parameters
+    ----------
+    rows : list of RowData
+    n_rows : int
+        ``N``, the row count the engine was built for.
+    n_read : int
+        How many rows to digest (all rows when ``N`` is smaller): O(1) in ``N``.
+
+    Returns
+    -------
+    tuple of (name, shape, dtype, hex digest)
+    """
+    picked = np.unique(np.linspace(0, n_rows - 1, min(n_rows, n_read)).astype(np.int64))
+    out = []
+    for r in rows:
+        arr = r.array()
+        part = np.ascontiguousarray(np.take(arr, picked, axis=0)) if arr.shape[:1] == (n_rows,) \
+            else np.ascontiguousarray(arr)
+        digest = hashlib.blake2b(part.tobytes(), digest_size=16).hexdigest()
+        out.append((r.name, tuple(arr.shape), str(arr.dtype), digest))
+    return tuple(out)

@@ -1,0 +1,172 @@
+"""The likelihood engine: PyTensor graphs of a PyMC model -> batch log-likelihood functions.
+
+A subsampling step method must evaluate the log-likelihood of a few hundred data rows
+in time that does not depend on the number of rows ``N``. The engine finds the model's
+row-indexed data (:mod:`~pymc_subsample.engine.analysis`), rebuilds the per-observation
+log-likelihood graph on a symbolic batch of rows (:mod:`~pymc_subsample.engine.batch_graph`),
+gathers the requested rows from the original arrays with NumPy (``numpy.memmap`` works:
+only the rows asked for are read) and feeds them to the compiled functions
+(:mod:`~pymc_subsample.engine.evaluate`).
+
+Everything is expressed in the step's raveled, unconstrained space (the ``q`` vector
+``astep`` receives). Variables the step does not sample enter as shared variables that
+``ArrayStepShared.step`` refreshes before every step, so the engine works inside a
+``CompoundStep``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+import pymc as pm
+from pymc.pytensorf import join_nonshared_inputs, make_shared_replacements
+from pymc.util import get_value_vars_from_user_vars
+
+from .analysis import analyse_model, check_factorises, data_fingerprint
+from .batch_graph import BatchGraph, JoinedGraph
+from .evaluate import BatchFunctions
+
+__all__ = ["LikelihoodEngine"]
+
+
+class LikelihoodEngine(BatchFunctions):
+    """Batch log-likelihood, prior and derivative functions of a row-factorising model.
+
+    Parameters
+    ----------
+    model : pymc.Model, optional
+        The model (default: the one on the context stack).
+    vars : list of variables, optional
+        The variables the step samples (random variables or their value variables).
+        Default: all continuous free variables.
+    shared : dict, optional
+        ``{value variable: shared variable}`` for the model's other value variables, as
+        built by ``pymc.pytensorf.make_shared_replacements`` (the step's own dict, so
+        that ``ArrayStepShared.step`` refreshes them). Built here when not given.
+    row_dim : str, optional
+        Name of the observation dim. Default: the leading dim of the observed variables
+        when they have dims, otherwise found by shape.
+    check : bool, default True
+        Verify at build time, on a few random rows, that every row's log-likelihood is
+        the same whatever batch it is evaluated in (a model that does not factorise over
+        rows fails this and is refused).
+    compile_kwargs : dict, optional
+        Keyword arguments for ``pytensor.function`` (see :meth:`function`).
+
+    Attributes
+    ----------
+    n_rows : int
+        Number of rows ``N``.
+    ndim : int
+        Size of the step's raveled space.
+    rows : list of RowData
+        The row-indexed data tensors.
+    """
+
+    def __init__(self, model=None, vars=None, shared=None, *, row_dim=None, check=True,
+                 compile_kwargs=None):
+        model = pm.modelcontext(model)
+        self.model = model
+        if compile_kwargs is not None and not isinstance(compile_kwargs, dict):
+            raise TypeError(
+                f"compile_kwargs must be a dict of keyword arguments for pytensor.function "
+                f"(e.g. {{'mode': 'FAST_RUN'}}), got {type(compile_kwargs).__name__}."
+            )
+        self.compile_kwargs = dict(compile_kwargs or {})
+        if vars is None:
+            vars = model.continuous_value_vars
+        self.vars = get_value_vars_from_user_vars(vars, model)
+        if not self.vars:
+            raise ValueError("The step has no variables to sample: pass vars=[...].")
+        point = model.initial_point()
+        if shared is None:
+            shared = make_shared_replacements(point, self.vars, model)
+        self.shared = shared
+        self._point = point
+
+        found = analyse_model(model, shared, point, row_dim)
+        self.row_dim, self.n_rows, self.rows = found.row_dim, found.n_rows, found.rows
+        self.batch_graph = BatchGraph(model, self.rows, self.n_rows, self.row_dim)
+        self._batch_inputs = self.batch_graph.inputs
+        batch_ll = self.batch_graph.loglik(found.loglik_terms)
+        # one raveled input q for the step's variables; nothing is compiled yet
+        self._joined = JoinedGraph.join(point, batch_ll, found.prior, self.vars, shared,
+                                        self._batch_inputs)
+        self._compiled = {}
+        self.ndim = int(sum(np.prod(point[v.name].shape, dtype=int) for v in self.vars))
+        if check:
+            check_factorises(
+                lambda q, rows: self._call_rarely("ll", q, *self.gather(rows)),
+                self.n_rows, self.initial_q(), [rv.name for rv in model.observed_RVs])
+
+    # ------------------------------------------------------------------ model expressions
+    def to_batch(self, outputs):
+        """Model expressions rebuilt over a batch of rows
+        (:meth:`~pymc_subsample.engine.batch_graph.BatchGraph.to_batch`)."""
+        return self.batch_graph.to_batch(outputs)
+
+    def row_variables(self, outputs) -> set:
+        """The row-indexed data among the graph inputs of ``outputs``
+        (:meth:`~pymc_subsample.engine.batch_graph.BatchGraph.row_variables`)."""
+        return self.batch_graph.row_variables(outputs)
+
+    def compile_batch(self, outputs):
+        """Compile model expressions as ``f(q, *batch_data)`` in the step's raveled space.
+
+        ``outputs`` are expressions of the model (e.g. a linear predictor) with a leading
+        row axis; use with ``f(q, *engine.gather(rows))``.
+        """
+        # model expressions are written in terms of random variables; the compiled
+        # function reads their values (back-transformed from q)
+        outputs = self.model.replace_rvs_by_values(list(outputs))
+        batch = self.to_batch(outputs)
+        joined, q = join_nonshared_inputs(self._point, batch, self.vars, shared_inputs=self.shared)
+        return self.function([q, *self._batch_inputs], joined)
+
+    # ------------------------------------------------------------------ data
+    def initial_q(self) -> np.ndarray:
+        """The model's initial point of the step's variables, raveled."""
+        return np.concatenate([np.ravel(self._point[v.name]) for v in self.vars]).astype(
+            np.float64
+        )
+
+    def gather(self, rows) -> list[np.ndarray]:
+        """The data of the given rows, one array per row-indexed data tensor."""
+        out = []
+        for r in self.rows:
+            arr = r.array()
+            if arr.shape[0] != self.n_rows:
+                raise ValueError(
+                    f"{r.name} now has {arr.shape[0]} rows but the step was built for "
+                    f"{self.n_rows}; rebuild the step after pm.set_data changes the row count."
+                )
+            out.append(np.asarray(np.take(arr, rows, axis=0), dtype=r.batch_input.type.dtype))
+        return out
+
+    def gather_slice(self, start: int, stop: int) -> list[np.ndarray]:
+        """The data of rows ``start:stop`` (views for in-memory and memmap arrays)."""
+        return [np.asarray(r.array()[start:stop], dtype=r.batch_input.type.dtype)
+                for r in self.rows]
+
+    #: rows read by :meth:`data_fingerprint` (evenly spread; all rows when N is smaller)
+    FINGERPRINT_ROWS = 65536
+
+    def data_fingerprint(self) -> tuple:
+        """A cheap summary of the row-indexed data's current values: per array its shape,
+        dtype and a digest of ``FINGERPRINT_ROWS`` evenly spread rows (O(1) in N).
+
+        Steps keep the one of their construction, to notice a later ``pm.set_data`` (their
+        control-variate sums, bounds and Laplace fit were computed on the old values).
+        """
+        return data_fingerprint(self.rows, self.n_rows, self.FINGERPRINT_ROWS)
+
+    def data_arrays(self) -> list[np.ndarray]:
+        """The row-indexed data arrays as they are now (no copies)."""
+        return [r.array() for r in self.rows]
+
+    def describe(self) -> str:
+        """A short text: rows, row-indexed data, step variables."""
+        lines = [f"N = {self.n_rows} rows" + (f" (dim '{self.row_dim}')" if self.row_dim else "")]
+        lines += [f"  row data: {r.name}" for r in self.rows]
+        lines.append("  step variables: " + ", ".join(v.name for v in self.vars))
+        return "\n".join(lines)
