@@ -363,7 +363,7 @@ def glm_psi(engine, spec: GLMSpec, order: int, q_hat, *, chunk: int = 65536,
     whiten : ndarray, shape (d, d), optional
         A matrix ``L`` (the Cholesky factor of the Laplace covariance): the row factor is
         then ``s_i = ||J_i L||_2`` instead of ``M_i = max_j |J_ij|``, for the whitened
-        bound of :func:`pymc_subsample.kernels.thinning.whitened_phi`.
+        bound of :func:`pymc_subsample.kernels.phi.whitened_phi`.
     radius : float, optional
         With ``whiten``: bounds valid on the whitened ball of this radius about ``q_hat``
         only, from the supremum of ``|f^(k+1)|`` over each row's interval

@@ -31,7 +31,7 @@ import pytensor.tensor as pt
 from pymc.pytensorf import join_nonshared_inputs
 
 from .batch_graph import lift_gathers, parameter_parts
-from .glm import detect_glm, is_affine, sample_rows
+from .glm import SUPPORTED_TEXT, detect_glm, eta_is_affine, is_affine, sample_rows
 from ..kernels.control_variates import TaylorProxy
 from ..kernels.predictor import (
     PREDICTOR_FAMILIES,
@@ -50,6 +50,7 @@ except ImportError:  # pragma: no cover
     from pytensor.graph.basic import ancestors
 
 __all__ = ["PredictorMap", "PredictorLikelihood", "predictor_map", "covered_predictor_map",
+           "bound_coordinates",
            "curved_predictor_map", "affine_likelihood"]
 
 
@@ -399,3 +400,51 @@ def curved_predictor_map(engine, q_hat):
         # not yet validated on far proposals of the log scale (their terms overflow there)
         return None
     return covered_predictor_map(engine, spec, q_hat, curved_only=True)
+
+
+def bound_coordinates(engine, spec, q_hat, affine_vmap, whitened: bool):
+    """Where ScalableMH's control variates and bounds live: the predictor coordinates
+    (a :class:`PredictorMap`), or None to keep them in ``q``.
+
+    ``bounds="auto"`` with whitened bounds on a one-parameter GLM uses them. They are
+    needed when the linear predictor is not affine in ``q`` (a non-centred hierarchical
+    model, a log-transformed coefficient); for an affine one they give the same bounds
+    with cheaper functions (the linear predictor and NumPy row terms instead of a
+    compiled Hessian-vector graph). Where they do not apply (a per-row scale,
+    ``bound_form="cornish"``) an affine predictor keeps the bounds in ``q``.
+
+    Parameters
+    ----------
+    engine : LikelihoodEngine
+    spec : GLMSpec or None
+        The recognised GLM (None: user bounds, kept in ``q``).
+    q_hat : ndarray
+        The centre of the control variates.
+    affine_vmap : PredictorMap or None
+        The map found before the mode search when the predictor looked affine in ``q``.
+    whitened : bool
+        Whether the bounds are whitened (``bound_form="whitened"``).
+    """
+    if spec is None:
+        return None
+    if affine_vmap is not None and affine_vmap.check_affine(affine_vmap.v(q_hat)):
+        return affine_vmap  # found before the mode search (affine in q)
+    if spec.two_param:
+        # an affine eta and log scale keep the path bounds in q (glm_psi); otherwise the
+        # predictor coordinates (Normal and Student-t), or glm_psi's refusal
+        if not whitened or eta_is_affine(engine, spec, q_hat):
+            return None
+        return covered_predictor_map(engine, spec, q_hat)
+    vmap = covered_predictor_map(engine, spec, q_hat) if whitened else None
+    if vmap is None and not eta_is_affine(engine, spec, q_hat):
+        if not whitened:
+            raise ValueError(
+                f"ScalableMH: the linear predictor of observed '{spec.observed}' is not "
+                "affine in the step's unconstrained variables; its bounds are taken in "
+                "the predictor's own coordinates, which needs bound_form='whitened'.")
+        raise ValueError(
+            f"ScalableMH bounds='auto': the linear predictor of observed '{spec.observed}' "
+            "is affine neither in the step's unconstrained variables nor in its data-free "
+            "parameter expressions (e.g. a product of two sampled coefficients inside a "
+            "row term). " + SUPPORTED_TEXT)
+    return vmap

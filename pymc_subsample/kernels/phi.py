@@ -21,7 +21,7 @@ import math
 
 import numpy as np
 
-__all__ = ["path_phi", "taylor_phi", "whitened_phi"]
+__all__ = ["path_phi", "region_phi", "taylor_phi", "whitened_phi"]
 
 
 def _pair(z, z_prop, order, name):
@@ -186,3 +186,38 @@ def path_phi(z: np.ndarray, z_prop: np.ndarray, order: int) -> float:
         along = math.sqrt(dd) * math.sqrt(quad)
     ends = (zz ** (m / 2.0) + second ** (m / 2.0)) / math.factorial(m)
     return min(along, ends)
+
+
+def region_phi(z: np.ndarray, z_prop: np.ndarray, order: int, *, region: float | None = None,
+               path: bool = False) -> tuple[float, bool]:
+    """The step factor of a pair in whitened coordinates, and whether the pair leaves the
+    region where the bound constants hold.
+
+    Region bounds (Cornish et al., "Scalable Metropolis-Hastings for exact Bayesian
+    inference with large datasets", Sec. 3.3: bounds that hold on a subset) apply only
+    when both points lie in the ball ``||z|| <= region``; a pair with a point outside it
+    takes the exact full-data test. A pair too far for the factor's arithmetic gets
+    ``phi = inf`` (the exact test as well, through truncation).
+
+    Parameters
+    ----------
+    z, z_prop : ndarray, shape (d,)
+        Whitened current and proposed points.
+    order : int
+        Taylor order ``k``: 1 or 2.
+    region : float or None
+        The ball's radius; None for global bounds.
+    path : bool
+        :func:`path_phi` (rows with two affine inputs) instead of :func:`whitened_phi`.
+
+    Returns
+    -------
+    phi : float
+    outside : bool
+    """
+    with np.errstate(over="ignore", invalid="ignore"):
+        far = max(float(z @ z), float(z_prop @ z_prop))
+        outside = region is not None and far > region**2
+        if outside or not far < 1e200:
+            return math.inf, outside
+        return (path_phi if path else whitened_phi)(z, z_prop, order), False

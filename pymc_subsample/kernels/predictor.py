@@ -32,11 +32,12 @@ Nothing here imports PyMC or PyTensor.
 from __future__ import annotations
 
 import numpy as np
+import scipy.linalg as sla
 from scipy.special import log_expit, log_ndtr
 
 from .bounds import probit_lambda
 
-__all__ = ["PREDICTOR_FAMILIES", "SCALE_FAMILIES", "row_loglik", "remainder_difference",
+__all__ = ["whitening", "PREDICTOR_FAMILIES", "SCALE_FAMILIES", "row_loglik", "remainder_difference",
            "predictor_sums", "scale_row_loglik", "scale_remainder_difference", "scale_sums"]
 
 #: families whose rows depend on the parameters through ``eta`` alone
@@ -206,3 +207,24 @@ def scale_sums(family, y, params, eta_hat, s_hat, A, B, order: int, *, value: bo
         cross = (A * hes[:, None]).T @ B
         hess = (A * hee[:, None]).T @ A + (B * hss[:, None]).T @ B + cross + cross.T
     return (float(l0.sum()), grad, hess) if value else (grad, hess)
+
+
+def whitening(jac: np.ndarray, cov: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The Cholesky factor ``L`` of the Gaussian approximation's covariance carried to the
+    predictor coordinates (``J C J'``, ``J = dv/dq``) and its inverse ``L^-1``, which
+    whitens ``v``.
+
+    ``v`` may have more entries than ``q`` (the same coefficient twice, say), so
+    ``J C J'`` can be singular: a ridge of ``1e-10`` of its largest variance keeps ``L``
+    invertible. Any invertible ``L`` gives valid bounds; this one only makes them tight.
+
+    Returns
+    -------
+    chol, chol_inv : ndarray, shape (p, p)
+    """
+    cov_v = jac @ cov @ jac.T
+    cov_v = 0.5 * (cov_v + cov_v.T)
+    p = cov_v.shape[0]
+    ridge = 1e-10 * max(float(np.max(np.diag(cov_v))), 1e-300)
+    chol = np.linalg.cholesky(cov_v + ridge * np.eye(p))
+    return chol, sla.solve_triangular(chol, np.eye(p), lower=True)

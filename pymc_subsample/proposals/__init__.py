@@ -40,20 +40,12 @@ from __future__ import annotations
 import difflib
 from typing import Any
 
-from .adaptation import _RobbinsMonro, _TunedScalar, shrunk_covariance
-from .base import _MALA_OPTIMAL, _RW_OPTIMAL, Proposal, _CovFactor
-from .hmc import _MASS_WINDOW, SurrogateHMC
+from .base import Proposal
+from .hmc import SurrogateHMC
 from .langevin import Langevin
 from .pcn import PCN
 from .random_walk import PreconditionedRandomWalk, RandomWalk, ReversibleRandomWalk
-from .user import UserProposal, _accepted_kwargs
-from .validation import (
-    _check_ndim,
-    _check_target,
-    _positive_scalar,
-    _scale_vector,
-    _start_value,
-)
+from .user import UserProposal
 
 __all__ = [
     "Proposal",

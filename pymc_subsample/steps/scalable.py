@@ -12,13 +12,14 @@ import numpy as np
 import scipy.linalg as sla
 
 from ..center import center_at, find_center, parse_point
-from ..engine.glm import (SUPPORTED_TEXT, chunk_psi, detect_glm, eta_is_affine, glm_psi,
+from ..engine.glm import (SUPPORTED_TEXT, chunk_psi, detect_glm, glm_psi,
                    two_param_chunk_psi)
 from ..kernels.control_variates import TaylorProxy
-from ..engine.predictor import affine_likelihood, covered_predictor_map
+from ..engine.predictor import affine_likelihood, bound_coordinates
+from ..kernels.predictor import whitening
 from ..proposals import SurrogateHMC
 from ..kernels.control_variates import residuals
-from ..kernels.phi import path_phi, taylor_phi, whitened_phi
+from ..kernels.phi import region_phi, taylor_phi
 from ..kernels.alias import AliasTable
 from ..kernels.smh import smh_test
 from .base import SubsampleStep
@@ -270,7 +271,8 @@ class ScalableMH(SubsampleStep):
         self.proxy = self.center.proxy(self.order)
         gauss_mean, cov = self.center.laplace()
         self._set_laplace(gauss_mean, cov)
-        self._vmap = self._predictor_map()
+        self._vmap = bound_coordinates(self.engine, self._glm_spec, self.theta_hat,
+                                       self._affine_vmap, self.bound_form == "whitened")
         if self._vmap is None:
             # the exact full-data test (truncation, or a point outside the region) runs
             # the engine's compiled differences: compiled now, not inside the draws
@@ -309,57 +311,12 @@ class ScalableMH(SubsampleStep):
         r = self._region_arg
         return (math.sqrt(dim) + 4.0) if r == "auto" else (None if r is None else float(r))
 
-    def _predictor_map(self):
-        """The predictor coordinates (:mod:`pymc_subsample.engine.predictor`) where the control
-        variates and bounds live, or None to keep them in ``q``.
-
-        ``bounds="auto"`` with whitened bounds on a one-parameter GLM uses them. They are
-        needed when the linear predictor is not affine in ``q`` (a non-centred
-        hierarchical model, a log-transformed coefficient); for an affine one they give
-        the same bounds with cheaper functions (the linear predictor and NumPy row terms
-        instead of a compiled Hessian-vector graph). Where they do not apply (a per-row
-        scale, ``bound_form="cornish"``) an affine predictor keeps the bounds in ``q``.
-        """
-        spec = self._glm_spec
-        if spec is None:
-            return None
-        whitened = self.bound_form == "whitened"
-        if self._affine_vmap is not None and self._affine_vmap.check_affine(
-                self._affine_vmap.v(self.theta_hat)):
-            return self._affine_vmap  # found before the mode search (affine in q)
-        if spec.two_param:
-            # an affine eta and log scale keep the path bounds in q (glm_psi); otherwise
-            # the predictor coordinates (Normal and Student-t), or glm_psi's refusal
-            if not whitened or eta_is_affine(self.engine, spec, self.theta_hat):
-                return None
-            return covered_predictor_map(self.engine, spec, self.theta_hat)
-        vmap = covered_predictor_map(self.engine, spec, self.theta_hat) if whitened else None
-        if vmap is None and not eta_is_affine(self.engine, spec, self.theta_hat):
-            if not whitened:
-                raise ValueError(
-                    f"ScalableMH: the linear predictor of observed '{spec.observed}' is not "
-                    "affine in the step's unconstrained variables; its bounds are taken in "
-                    "the predictor's own coordinates, which needs bound_form='whitened'.")
-            raise ValueError(
-                f"ScalableMH bounds='auto': the linear predictor of observed '{spec.observed}' "
-                "is affine neither in the step's unconstrained variables nor in its data-free "
-                "parameter expressions (e.g. a product of two sampled coefficients inside a "
-                "row term). " + SUPPORTED_TEXT)
-        return vmap
-
     def _setup_predictor_coordinates(self, cov):
         """Taylor proxy, whitening, region and bound constants in the predictor
         coordinates ``v = v(q)`` (:mod:`pymc_subsample.kernels.predictor`): one pass."""
         spec, vmap = self._glm_spec, self._vmap
         v_hat = vmap.v(self.theta_hat)
-        jac = vmap.jacobian_v(self.theta_hat)
-        cov_v = jac @ cov @ jac.T
-        cov_v = 0.5 * (cov_v + cov_v.T)
-        # v may have more entries than q (e.g. the same coefficient twice): a tiny ridge
-        # keeps the whitening invertible; any invertible L gives valid bounds
-        ridge = 1e-10 * max(float(np.max(np.diag(cov_v))), 1e-300)
-        chol = np.linalg.cholesky(cov_v + ridge * np.eye(vmap.size))
-        self._whiten_inv = sla.solve_triangular(chol, np.eye(vmap.size), lower=True)
+        chol, self._whiten_inv = whitening(vmap.jacobian_v(self.theta_hat), cov)
         self.region = self._region_radius(vmap.size)
         if self.region is None and (spec.family == "poisson_log" or vmap.scale):
             raise ValueError(
@@ -470,27 +427,20 @@ class ScalableMH(SubsampleStep):
         # first factor: prior, proposal ratio and exp(-Uhat_k), exactly (O(d^2))
         log_first = log_qratio + log_prior_ratio + self.proxy.sum_diff(x, x_prop)
         self._first_prob = math.exp(min(0.0, log_first)) if log_first == log_first else 0.0
-        outside = False
         if not (np.all(np.isfinite(x_prop)) and log_first == log_first):
             return False, {"data_used": 0, "n_batches": 0, "poisson_rate": 0.0,
                            "fallback": False}
-        # phi = inf (a point too far for the bounds' arithmetic) takes the exact test
-        phi = math.inf
-        with np.errstate(over="ignore", invalid="ignore"):
-            if self.bound_form == "whitened":
-                w = self._whiten_inv
-                z, zp = w @ (x - center), w @ (x_prop - center)
-                far = max(float(z @ z), float(zp @ zp))
-                if self.region is not None:
-                    outside = far > self.region**2
-                if not outside and far < 1e200:
-                    two = self._glm_spec is not None and self._glm_spec.two_param
-                    phi = (path_phi if two else whitened_phi)(z, zp, self.order)
-            else:
-                try:
-                    phi = taylor_phi(q, q_prop, self.theta_hat, self.order)
-                except OverflowError:
-                    phi = math.inf
+        outside = False
+        if self.bound_form == "whitened":
+            w = self._whiten_inv
+            phi, outside = region_phi(
+                w @ (x - center), w @ (x_prop - center), self.order, region=self.region,
+                path=self._glm_spec is not None and self._glm_spec.two_param)
+        else:
+            try:
+                phi = taylor_phi(q, q_prop, self.theta_hat, self.order)
+            except OverflowError:
+                phi = math.inf  # a point too far for the bounds' arithmetic: exact test
         if self.psi_total == 0.0:
             phi = 0.0  # the remainders vanish (e.g. a Normal likelihood with known scale)
 
