@@ -162,16 +162,7 @@ def path_phi(z: np.ndarray, z_prop: np.ndarray, order: int) -> float:
     The segment lies in any ball that holds both points, so region constants (suprema
     over the ball) apply.
 
-    Parameters
-    ----------
-    z, z_prop : ndarray, shape (d,)
-        Whitened current and proposed points.
-    order : int
-        Taylor order ``k``: 1 or 2.
-
-    Returns
-    -------
-    float
+    The parameters and the return value are those of :func:`whitened_phi`.
     """
     z, zp = _pair(z, z_prop, order, "path_phi")
     delta = zp - z
@@ -201,10 +192,8 @@ def region_phi(z: np.ndarray, z_prop: np.ndarray, order: int, *, region: float |
 
     Parameters
     ----------
-    z, z_prop : ndarray, shape (d,)
-        Whitened current and proposed points.
-    order : int
-        Taylor order ``k``: 1 or 2.
+    z, z_prop, order
+        As in :func:`whitened_phi`.
     region : float or None
         The ball's radius; None for global bounds.
     path : bool

@@ -4,6 +4,7 @@ covariance that several proposals whiten with."""
 from __future__ import annotations
 
 import copy
+import math
 from abc import ABC, abstractmethod
 from typing import Any, Callable
 
@@ -232,9 +233,10 @@ class Proposal(ABC):
         self.tuning = False
 
     @property
-    @abstractmethod
     def scaling(self) -> float:
-        """Scalar summary of the current proposal size (class-specific, see the class)."""
+        """Scalar summary of the current proposal size (class-specific, see the class;
+        NaN for a proposal that has none)."""
+        return math.nan
 
     @abstractmethod
     def draw(self, q: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, float]:
@@ -243,22 +245,22 @@ class Proposal(ABC):
         ``log_ratio = log q(q | q_new) - log q(q_new | q)``.
         """
 
-    # -- internals: what each subclass supplies to the lifecycle above -----------------
+    # -- internals: what each subclass supplies to the lifecycle above (a proposal
+    # -- that does not adapt needs only _setup and draw) --------------------------------
     @abstractmethod
     def _setup(self, ndim, *, scaling, grad_fn, n_total, mode, cov) -> None:
         """Read the step's information once (called by :meth:`setup`)."""
 
-    @abstractmethod
     def _reset_state(self) -> None:
-        """Re-create all mutable state (called by :meth:`reset`)."""
+        """Re-create all mutable state (called by :meth:`reset`); none by default."""
 
-    @abstractmethod
     def _tune(self, accepted, q) -> None:
-        """Adapt after one tuning step (called by :meth:`tune` while tuning)."""
+        """Adapt after one tuning step (called by :meth:`tune` while tuning); nothing
+        by default."""
 
-    @abstractmethod
     def _finish_tuning(self) -> None:
-        """Freeze the tuned parameters (called by :meth:`stop_tuning`)."""
+        """Freeze the tuned parameters (called by :meth:`stop_tuning`); nothing by
+        default."""
 
     def _require_setup(self) -> None:
         if self.ndim is None:
