@@ -254,3 +254,28 @@ def test_step_settings_of_two_subsampling_steps_and_without_any(model):
     del ds["setting_batch_size"], ds["setting_control_variate"]
     idata = wrap(ds)
     assert step_settings(idata) == {}
+
+
+@pytest.mark.parametrize("name, kwargs", [
+    ("AustereMH", {}),
+    ("BarkerMinibatch", {"steps_per_draw": 1}),
+    ("ScalableMH", {}),
+    ("ScalableMH", {"truncation": 1e-12}),  # every decision by the full-data test
+])
+def test_accept_is_the_acceptance_probability_the_test_saw(model, name, kwargs):
+    """``accept`` (as pm.Metropolis reports it) is the acceptance probability of each
+    transition, estimated where the test is approximate or reads a few rows: its mean
+    over a chain matches the acceptance rate (``accepted``) within Monte Carlo error,
+    and each value lies in [0, 1]."""
+    from helpers import batch_means_se
+
+    with model:
+        step = getattr(pms, name)(proposal="random_walk", **kwargs)
+    st = sample_stats(run_sample(model, step, draws=2000, tune=500, chains=1, seed=4))
+    acc, prob = st["accepted"].values.ravel(), st["accept"].values.ravel()
+    assert st["accept"].dtype == np.float64 and np.all((prob >= 0) & (prob <= 1))
+    assert 0.05 < acc.mean() < 0.95  # a random walk: both outcomes seen
+    diff = acc - prob
+    assert abs(diff.mean()) < 4 * batch_means_se(diff) + 0.01, (acc.mean(), prob.mean())
+    if "truncation" in kwargs:
+        assert np.all(st["fallback"].values)

@@ -41,6 +41,10 @@ class SMHResult:
         full-data test (its rows are read only if the first factor accepted).
     n_poisson : int
         ``K`` of the thinning test (0 when it was not run).
+    log_ratio : float
+        The log MH ratio as far as the test saw it: exact after the full-data test,
+        else ``log_ratio_first`` minus the data test's estimate of ``sum_i lambda_i``
+        (minus nothing when no row was read): what the step's ``accept`` stat reports.
     """
 
     accept: bool
@@ -48,6 +52,7 @@ class SMHResult:
     poisson_rate: float
     fallback: bool
     n_poisson: int = 0
+    log_ratio: float = math.nan
 
 
 def smh_test(
@@ -145,13 +150,14 @@ def smh_test(
     lr = float(log_ratio_first)
     if not lr >= 0.0:  # first factor min(1, exp(lr)) < 1 (or NaN, which rejects)
         if lr != lr or not rng.random() < math.exp(lr):
-            return SMHResult(False, 0, rate, full, 0)
+            return SMHResult(False, 0, rate, full, 0, lr)
     if full:
         # the rest of the ratio on all rows, as a second factor (delayed acceptance)
-        log_r = float(full_log_ratio_fn()) - lr
+        full_lr = float(full_log_ratio_fn())
+        log_r = full_lr - lr
         # NaN fails both comparisons and rejects.
         accept = log_r >= 0.0 or (log_r == log_r and rng.random() < math.exp(log_r))
-        return SMHResult(bool(accept), n_rows, rate, True, 0)
+        return SMHResult(bool(accept), n_rows, rate, True, 0, full_lr)
     if data_test == "poisson":
         res = poisson_estimator_test(
             rng, phi, psi_total, alias, psi, remainder_fn, rtol=rtol, atol=atol
@@ -161,4 +167,5 @@ def smh_test(
             rng, phi, psi_total, alias, psi, remainder_fn,
             rtol=rtol, atol=atol, chunk_size=chunk_size,
         )
-    return SMHResult(res.accept, res.data_used, rate, False, res.n_poisson)
+    return SMHResult(res.accept, res.data_used, rate, False, res.n_poisson,
+                     lr - res.remainder_sum)

@@ -92,12 +92,17 @@ class ThinningResult:
         (at most ``K``; a row drawn twice in one chunk is read once).
     poisson_rate : float
         ``phi * Psi``, the mean of ``K``.
+    remainder_sum : float
+        An estimate of ``sum_i lambda_i`` over all rows from the rows read:
+        ``K / m * sum_j lambda_j / (phi psi_j)`` over the ``m`` rows evaluated (unbiased
+        when all ``K`` are read; 0 when ``K = 0``), for the step's ``accept`` stat.
     """
 
     accept: bool
     n_poisson: int
     data_used: int
     poisson_rate: float
+    remainder_sum: float = 0.0
 
 
 _MAX_CHUNK = 1 << 16
@@ -227,6 +232,7 @@ def poisson_thinning_test(
     phi = float(phi)
     remaining = k_total
     used = 0
+    weighted = 0.0  # sum_j lambda_j / bound_j over the rows evaluated
     chunk = max(1, int(chunk_size))
     while remaining:
         m = remaining if remaining <= chunk else chunk
@@ -234,14 +240,16 @@ def poisson_thinning_test(
         lam, n_read = _evaluate_rows(remainder_fn, rows)
         used += n_read
         bound = _checked_bound(lam, rows, phi, psi, rtol, atol)
+        weighted += float(np.sum(lam / bound))
         # B_j = 1 iff u_j < lambda_j / bound_j (bound_j > 0: psi_i = 0 rows are never drawn).
         u = rng.random(m)
-        if (u * bound < lam).any():
-            return ThinningResult(False, k_total, used, rate)
         remaining -= m
+        if (u * bound < lam).any():
+            return ThinningResult(False, k_total, used, rate,
+                                  weighted * k_total / (k_total - remaining))
         if chunk < _MAX_CHUNK:
             chunk = min(2 * chunk, _MAX_CHUNK)
-    return ThinningResult(True, k_total, used, rate)
+    return ThinningResult(True, k_total, used, rate, weighted)
 
 
 def poisson_estimator_test(
@@ -304,14 +312,15 @@ def poisson_estimator_test(
     rows = alias.sample(rng, k_total)
     dif, n_read = _evaluate_rows(remainder_fn, rows)
     bound = _checked_bound(np.abs(dif), rows, float(phi), psi, rtol, atol)
+    estimate = float(np.sum(dif / bound))
     f = np.maximum(bound + np.minimum(0.0, dif), 0.0)
     fp = np.maximum(bound - np.maximum(0.0, dif), 0.0)
     kept = rng.random(k_total) * bound < f
     if not kept.any():
-        return ThinningResult(True, k_total, n_read, rate)
+        return ThinningResult(True, k_total, n_read, rate, estimate)
     f, fp = f[kept], fp[kept]
     if np.any(fp <= 0.0):
-        return ThinningResult(False, k_total, n_read, rate)
+        return ThinningResult(False, k_total, n_read, rate, estimate)
     log_r = float(np.sum(np.log(fp) - np.log(f)))
     accept = log_r >= 0.0 or rng.random() < math.exp(log_r)
-    return ThinningResult(bool(accept), k_total, n_read, rate)
+    return ThinningResult(bool(accept), k_total, n_read, rate, estimate)

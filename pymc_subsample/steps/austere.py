@@ -13,7 +13,7 @@ from ..kernels.austere_design import design_austerity_test
 from ..kernels.austere_dp import sequential_test_dp
 from ..kernels.austere import austere_test, clt_check
 from .growing import GROWING_STATS, GrowingBatchStep
-from .state import setting_stats
+from .state import acceptance_probability, setting_stats
 
 __all__ = ["AustereMH"]
 
@@ -190,9 +190,13 @@ class AustereMH(GrowingBatchStep):
                          "erratically here (sparse data, outliers): raise batch_size, lower "
                          "epsilon, or use ScalableMH.")
         self._report_test(res, checked, doubt)
+        # the log MH ratio the test estimated: its data-free part plus N times the batch
+        # mean (the data-free part alone when no row was read)
+        log_r = log_ratio_o1 + (self.n_rows * res.mean if res.mean == res.mean else 0.0)
         return res, {
             "data_used": int(res.data_used),
             "n_batches": int(res.n_batches),
+            "accept": acceptance_probability(log_r),
             "exact": bool(res.exact),
             "test_error": self._test_error(res),
         }

@@ -8,6 +8,8 @@ from __future__ import annotations
 import math
 import numbers
 
+from scipy.special import expit
+
 from ..kernels.austere import clt_check
 from ..kernels.barker import barker_test
 from ..kernels.barker_correction import default_correction
@@ -178,6 +180,9 @@ class BarkerMinibatch(GrowingBatchStep):
         return res, {
             "data_used": int(res.data_used),
             "n_batches": int(res.n_batches),
+            # Barker's acceptance function 1 / (1 + exp(-Delta)) at the estimate Delta*
+            "accept": float(expit(res.delta_star)) if res.delta_star == res.delta_star
+            else 0.0,
             "clt_error": float(res.clt_error),
             "lemma3_error": float(res.lemma3_error),
             "delta_var": float(res.delta_var),

@@ -370,6 +370,7 @@ class SubsampleStep(ChainState, ArrayStepShared):
             transitions.append(stats)
         stats = summarise(transitions)
         stats["accepted"] = stats["accepted"] / self.steps_per_draw
+        stats["accept"] = stats["accept"] / self.steps_per_draw
         stats["scaling"] = float(getattr(self.proposal, "scaling", np.nan))
         stats["warning"] = self._pending.pop(0) if self._pending else None
         stats.update(self._setting_stats())
@@ -381,7 +382,7 @@ class SubsampleStep(ChainState, ArrayStepShared):
         q_prop, log_qratio = self.proposal.draw(q, self.rng)
         q_prop = np.asarray(q_prop, dtype=np.float64)
         log_qratio = float(log_qratio)
-        stats = {"data_used": 0, "n_batches": 0}
+        stats = {"data_used": 0, "n_batches": 0, "accept": 0.0}
         if not np.all(np.isfinite(q_prop)) or np.isnan(log_qratio) or log_qratio == -np.inf:
             accepted = False
         else:

@@ -23,7 +23,7 @@ from ..kernels.phi import region_phi, taylor_phi
 from ..kernels.alias import AliasTable
 from ..kernels.smh import smh_test
 from .base import SubsampleStep
-from .state import BASE_STATS, setting_stats
+from .state import BASE_STATS, acceptance_probability, setting_stats
 
 __all__ = ["ScalableMH"]
 
@@ -462,6 +462,7 @@ class ScalableMH(SubsampleStep):
         )
         return bool(res.accept), {
             "data_used": int(res.data_used),
+            "accept": acceptance_probability(res.log_ratio),
             "n_batches": int(res.data_used > 0),
             "poisson_rate": float(res.poisson_rate),
             "fallback": bool(res.fallback),

@@ -15,6 +15,7 @@ The layer under :class:`~pymc_subsample.steps.base.SubsampleStep`:
 from __future__ import annotations
 
 import copy
+import math
 
 import numpy as np
 from pymc.step_methods.compound import StepMethodState
@@ -37,6 +38,12 @@ BASE_STATS = {
     # share of the draw's transitions that accepted (0.0 or 1.0 with one transition per
     # draw); float64, as pm.Metropolis declares it, so that the steps compose with it
     "accepted": (np.float64, []),
+    # the MH acceptance probability min(1, exp(log ratio)) as the test estimated it (the
+    # approximate tests' estimate of the ratio; ScalableMH: its control-variate surrogate
+    # plus a Poisson estimate of the remainders from the rows read, exact after a
+    # full-data test; BarkerMinibatch: Barker's 1 / (1 + exp(-Delta*))), averaged over
+    # the draw's transitions; 0.0 for a proposal rejected before any test
+    "accept": (np.float64, []),
     "data_used": (np.int64, []),
     "n_batches": (np.int64, []),
     "scaling": (np.float64, []),
@@ -77,7 +84,12 @@ def setting_stats(names) -> dict:
     return {SETTING_PREFIX + n: (SETTING_DTYPES[n], []) for n in names}
 
 #: stats that a draw of several transitions sums (anything numeric else: the largest)
-_SUMMED = frozenset({"data_used", "n_batches", "accepted"})
+_SUMMED = frozenset({"data_used", "n_batches", "accepted", "accept"})
+
+
+def acceptance_probability(log_ratio: float) -> float:
+    """``min(1, exp(log_ratio))``; 0.0 for NaN (a rejected proposal)."""
+    return math.exp(min(0.0, log_ratio)) if log_ratio == log_ratio else 0.0
 
 
 def summarise(transitions: list[dict]) -> dict:
