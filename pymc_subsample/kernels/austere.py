@@ -115,6 +115,7 @@ def austere_test(
     return_first_batch: bool = False,
     fpc: bool = True,
     exact_sum: Callable[[], float] | None = None,
+    check: bool = True,
 ) -> AustereResult:
     """Approximate MH test as a sequential t-test (Algorithm 1, eqs 2-5).
 
@@ -171,6 +172,9 @@ def austere_test(
         ``exact_sum() -> sum_i l_i`` over all ``N`` rows. With i.i.d. draws, ``N`` draws
         do not cover every row: once ``N`` values have been drawn the decision is taken
         on this full-data sum instead (the exact MH decision for this ``u``).
+    check : bool, default True
+        Validate the arguments. The step validates its own once, at construction, and
+        passes False (this runs once per transition).
 
     Returns
     -------
@@ -198,19 +202,21 @@ def austere_test(
     inf`` and an immediate decision, as Algorithm 1 would; this is exactly the sparse-data
     failure the paper warns about, which :func:`clt_check` flags.
     """
-    n_total = check_int("n_total", n_total, 1)
-    epsilon = check_epsilon(epsilon)
-    batch_size = check_int("batch_size", batch_size, 1)
-    if batch_increment is None:
-        increment = batch_size
-    else:
-        increment = check_int("batch_increment", batch_increment, 1)
-    if not callable(loglik_diff):
-        raise ValueError("loglik_diff must be callable: loglik_diff(rows) -> ndarray.")
-    try:
-        o1 = float(log_ratio_o1)
-    except (TypeError, ValueError):
-        raise ValueError(f"log_ratio_o1 must be a float, got {log_ratio_o1!r}.") from None
+    if check:
+        n_total = check_int("n_total", n_total, 1)
+        epsilon = check_epsilon(epsilon)
+        batch_size = check_int("batch_size", batch_size, 1)
+        if batch_increment is not None:
+            batch_increment = check_int("batch_increment", batch_increment, 1)
+        if not callable(loglik_diff):
+            raise ValueError("loglik_diff must be callable: loglik_diff(rows) -> ndarray.")
+        try:
+            log_ratio_o1 = float(log_ratio_o1)
+        except (TypeError, ValueError):
+            raise ValueError(
+                f"log_ratio_o1 must be a float, got {log_ratio_o1!r}.") from None
+    increment = batch_size if batch_increment is None else batch_increment
+    o1 = log_ratio_o1
 
     if log_u is None:
         lu = math.log1p(-rng.random())  # u = 1 - U lies in (0, 1]

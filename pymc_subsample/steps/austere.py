@@ -5,12 +5,12 @@ residuals by default (Bardenet, Doucet & Holmes 2017, Sec. 7.2)."""
 from __future__ import annotations
 
 import math
-import numbers
 
 import numpy as np
 
 from ..kernels.austere_design import design_austerity_test
 from ..kernels.austere_dp import sequential_test_dp
+from ..kernels._validation import check_epsilon, is_real
 from ..kernels.austere import austere_test, clt_check
 from .growing import GROWING_STATS, GrowingBatchStep
 from .state import acceptance_probability, setting_stats
@@ -129,14 +129,9 @@ class AustereMH(GrowingBatchStep):
         model=None,
         **kwargs,
     ):
-        if isinstance(epsilon, bool) or not isinstance(epsilon, numbers.Real):
+        if not is_real(epsilon):  # a string or None is a type error at the boundary
             raise TypeError(f"epsilon must be a number in [0, 0.5), got {epsilon!r}.")
-        if not 0.0 <= float(epsilon) < 0.5:
-            raise ValueError(
-                f"epsilon={epsilon} is out of range: it must be in [0, 0.5) (0 is exact MH; "
-                "typical values 0.01-0.2)."
-            )
-        self.epsilon = float(epsilon)
+        self.epsilon = check_epsilon(epsilon)  # 0 is exact MH; typical values 0.01-0.2
         super().__init__(
             vars, batch_size=batch_size, batch_increment=batch_increment, proposal=proposal,
             scaling=scaling, tune=tune, model=model, **kwargs,
@@ -175,6 +170,7 @@ class AustereMH(GrowingBatchStep):
             sampler=self._sampler.restart(self.rng) if self.epsilon > 0 or iid else None,
             fpc=not iid,
             exact_sum=exact_sum if iid else None,
+            check=False,  # validated at construction
         )
         doubt = None
         checked = res.first_batch is not None and res.first_batch.size > 2
