@@ -359,6 +359,30 @@ def test_per_row_scale_keeps_the_bounds_in_q():
     assert float(np.mean(sample_stats(idata)["data_used"].values)) < 0.05 * n
 
 
+def _glm(rng, n, coef, family, *, groups=None):
+    """A GLM with an intercept ``a`` and coefficients ``b`` on standard-normal rows:
+    ``bernoulli_logit``, ``normal_scale`` (unknown sigma) or ``non_centred`` (logistic
+    with a group term ``tau * z[g]``)."""
+    import pymc as pm
+
+    X = rng.standard_normal((n, len(coef)))
+    g = rng.integers(0, groups, n) if groups else None
+    eta = X @ np.asarray(coef) + 0.3
+    with pm.Model() as model:
+        b = pm.Normal("b", 0.0, 2.0, shape=len(coef))
+        a = pm.Normal("a", 0.0, 2.0)
+        lin = a + pm.math.dot(X, b)
+        if family == "normal_scale":
+            pm.Normal("y", lin, pm.HalfNormal("sigma", 2.0),
+                      observed=eta + 1.5 * rng.standard_normal(n))
+            return model
+        if family == "non_centred":
+            lin = lin + pm.HalfNormal("tau", 1.0) * pm.Normal("z", 0.0, 1.0, shape=groups)[g]
+        y = (rng.random(n) < 1.0 / (1.0 + np.exp(-eta))).astype(np.int64)
+        pm.Bernoulli("y", logit_p=lin, observed=y)
+    return model
+
+
 @pytest.mark.parametrize("family", ["bernoulli_logit", "normal_scale"])
 def test_mode_search_in_predictor_coordinates_matches_the_engine(family):
     """On an ordinary GLM (predictor coordinates affine in ``q``) the mode search runs on
@@ -366,26 +390,13 @@ def test_mode_search_in_predictor_coordinates_matches_the_engine(family):
     mode and the same gradient and Hessian sums as with the engine's compiled Hessian,
     and ScalableMH's set-up compiles neither that Hessian nor the full-data gradient
     (their compilation dominated a first use)."""
-    import pymc as pm
-
     import pymc_subsample as pms
     from pymc_subsample.center import find_center
     from pymc_subsample.engine.glm import detect_glm
     from pymc_subsample.engine.predictor import PredictorLikelihood, affine_likelihood
 
-    rng = np.random.default_rng(15)
-    n = 50_000  # above twice the warm start's rows: both phases run
-    X = rng.standard_normal((n, 3))
-    eta = X @ np.array([0.5, -1.0, 0.25]) + 0.3
-    with pm.Model() as model:
-        b = pm.Normal("b", 0.0, 2.0, shape=3)
-        a = pm.Normal("a", 0.0, 2.0)
-        if family == "bernoulli_logit":
-            y = (rng.random(n) < 1.0 / (1.0 + np.exp(-eta))).astype(np.int64)
-            pm.Bernoulli("y", logit_p=a + pm.math.dot(X, b), observed=y)
-        else:
-            pm.Normal("y", a + pm.math.dot(X, b), pm.HalfNormal("sigma", 2.0),
-                      observed=eta + 1.5 * rng.standard_normal(n))
+    # above twice the warm start's rows: both phases run
+    model = _glm(np.random.default_rng(15), 50_000, [0.5, -1.0, 0.25], family)
     from pymc_subsample.engine import LikelihoodEngine
 
     with model:
@@ -419,29 +430,11 @@ def test_full_data_fallback_needs_no_compile_in_the_draws(family):
     sums the NumPy row terms chunk by chunk, equal to the engine's compiled differences
     (and -inf for a scale outside its support); with bounds in ``q`` the engine's
     function is compiled by the constructor."""
-    import pymc as pm
-
     import pymc_subsample as pms
 
     rng = np.random.default_rng(16)
-    n, groups = 70_000, 8  # more than one 65,536-row chunk
-    X = rng.standard_normal((n, 2))
-    g = rng.integers(0, groups, n)
-    eta = X @ np.array([0.5, -1.0]) + 0.3
-    with pm.Model() as model:
-        b = pm.Normal("b", 0.0, 2.0, shape=2)
-        a = pm.Normal("a", 0.0, 2.0)
-        if family == "bernoulli_logit":
-            y = (rng.random(n) < 1.0 / (1.0 + np.exp(-eta))).astype(np.int64)
-            pm.Bernoulli("y", logit_p=a + pm.math.dot(X, b), observed=y)
-        elif family == "normal_scale":
-            pm.Normal("y", a + pm.math.dot(X, b), pm.HalfNormal("sigma", 2.0),
-                      observed=eta + 1.5 * rng.standard_normal(n))
-        else:
-            tau = pm.HalfNormal("tau", 1.0)
-            z = pm.Normal("z", 0.0, 1.0, shape=groups)
-            y = (rng.random(n) < 1.0 / (1.0 + np.exp(-eta))).astype(np.int64)
-            pm.Bernoulli("y", logit_p=a + tau * z[g] + pm.math.dot(X, b), observed=y)
+    # more than one 65,536-row chunk
+    model = _glm(rng, 70_000, [0.5, -1.0], family, groups=8)
     with model, warnings.catch_warnings():
         warnings.simplefilter("ignore")
         step = pms.ScalableMH()
