@@ -173,8 +173,8 @@ def austere_test(
         do not cover every row: once ``N`` values have been drawn the decision is taken
         on this full-data sum instead (the exact MH decision for this ``u``).
     check : bool, default True
-        Validate the arguments. The step validates its own once, at construction, and
-        passes False (this runs once per transition).
+        Whether to validate the arguments here; AustereMH passes False, having checked
+        its settings when it was built.
 
     Returns
     -------
