@@ -23,6 +23,7 @@ most of the noise of the last iterates.
 from __future__ import annotations
 
 import math
+from abc import ABC, abstractmethod
 from typing import Any
 
 import numpy as np
@@ -72,7 +73,7 @@ class _RobbinsMonro:
         return x
 
 
-class _TunedScalar:
+class _TunedScalar(ABC):
     """Mixin for a :class:`~pymc_subsample.proposals.Proposal` that tunes one positive
     scalar ``s`` (a scale, a step size, ``sqrt(1 - rho)``) on the log scale.
 
@@ -85,9 +86,9 @@ class _TunedScalar:
     :meth:`_freeze_scalar` from its own hooks.
     """
 
+    @abstractmethod
     def _set_tuned(self, value: float) -> None:
         """Store the tuned scalar ``value`` and what depends on it."""
-        raise NotImplementedError
 
     def _start_tuned(self, value: float, lo: float, hi: float) -> None:
         """Set the scalar to ``value`` and restart the recursion at ``log value``,
