@@ -11,7 +11,7 @@ import math
 import numpy as np
 import pytest
 
-from helpers import mcse_mean, mcse_sd, posterior, run_sample
+from helpers import mcse_mean, mcse_sd, posterior, run_sample, sample_stats
 
 from pymc_subsample.proposals.base import Proposal
 
@@ -68,6 +68,8 @@ def test_a_fourth_step_method_is_one_module(conjugate, broken):
     z_mean = abs(mu.mean() - mean) / mcse_mean(mu)
     z_sd = abs(mu.std() - sd) / mcse_sd(mu)
     assert (z_mean < 4 and z_sd < 4) != broken, (z_mean, z_sd)
+    st = sample_stats(idata)  # no accept from _decide: the decision is reported
+    np.testing.assert_array_equal(st["accept"].values, st["accepted"].values)
 
 
 def test_a_new_proposal_is_one_module_plus_a_registry_line(conjugate, monkeypatch):

@@ -279,3 +279,16 @@ def test_accept_is_the_acceptance_probability_the_test_saw(model, name, kwargs):
     assert abs(diff.mean()) < 4 * batch_means_se(diff) + 0.01, (acc.mean(), prob.mean())
     if "truncation" in kwargs:
         assert np.all(st["fallback"].values)
+
+
+@pytest.mark.parametrize("name", ["AustereMH", "BarkerMinibatch"])
+@pytest.mark.parametrize("o1, term", [(0.5, -np.inf), (np.inf, 0.0)])
+def test_accept_is_zero_when_the_test_rejects_outright(model, name, o1, term):
+    """A row outside the likelihood's support (a -inf term) or a +inf data-free ratio
+    rejects the proposal outright: its ``accept`` is 0, not the data-free part's
+    probability."""
+    with model:
+        step = getattr(pms, name)([model["a"], model["b"]], control_variate=0)
+    res, stats = step._run_test(lambda rows: np.full(rows.size, term), o1, None)
+    assert not res.accept
+    assert stats["accept"] == 0.0

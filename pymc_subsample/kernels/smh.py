@@ -43,8 +43,10 @@ class SMHResult:
         ``K`` of the thinning test (0 when it was not run).
     log_ratio : float
         The log MH ratio as far as the test saw it: exact after the full-data test,
-        else ``log_ratio_first`` minus the data test's estimate of ``sum_i lambda_i``
-        (minus nothing when no row was read): what the step's ``accept`` stat reports.
+        else ``log_ratio_first`` minus the data test's estimate of the signed remainder
+        differences' sum ``sum_i R_i(theta') - R_i(theta)`` (minus nothing when no row
+        was read): the MH log ratio, estimated, for the step's ``accept`` stat. The
+        factorised test accepts with a probability at most ``min(1, exp(log_ratio))``.
     """
 
     accept: bool

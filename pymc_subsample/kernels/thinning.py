@@ -93,9 +93,11 @@ class ThinningResult:
     poisson_rate : float
         ``phi * Psi``, the mean of ``K``.
     remainder_sum : float
-        An estimate of ``sum_i lambda_i`` over all rows from the rows read:
-        ``K / m * sum_j lambda_j / (phi psi_j)`` over the ``m`` rows evaluated (unbiased
-        when all ``K`` are read; 0 when ``K = 0``), for the step's ``accept`` stat.
+        An estimate of ``sum_i d_i`` over all rows, ``d_i = R_i(theta') - R_i(theta)``
+        the signed remainder differences that ``remainder_fn`` returns (before any
+        clipping), from the rows read: ``K / m * sum_j d_j / (phi psi_j)`` over the ``m``
+        rows evaluated (unbiased when all ``K`` are read; 0 when ``K = 0``), for the
+        step's ``accept`` stat.
     """
 
     accept: bool

@@ -83,7 +83,8 @@ class _TunedScalar(ABC):
     tuning ``s = exp(xbar_t)`` (if ``adapt`` and at least one tuning step was seen).
     The mixin supplies the ``_tune`` and ``_finish_tuning`` hooks of the base class;
     a class that adapts more than the scalar calls :meth:`_tune_scalar` and
-    :meth:`_freeze_scalar` from its own hooks.
+    :meth:`_freeze_scalar` from its own hooks. List it before ``Proposal`` among the
+    bases (``class P(_TunedScalar, Proposal)``), so that its hooks come first.
     """
 
     @abstractmethod

@@ -187,8 +187,12 @@ class AustereMH(GrowingBatchStep):
                          "epsilon, or use ScalableMH.")
         self._report_test(res, checked, doubt)
         # the log MH ratio the test estimated: its data-free part plus N times the batch
-        # mean (the data-free part alone when no row was read)
-        log_r = log_ratio_o1 + (self.n_rows * res.mean if res.mean == res.mean else 0.0)
+        # mean (the data-free part alone when no row was read); a non-finite term or
+        # ratio (a row outside the support: rows read, no mean) rejected it outright
+        if res.nonfinite or (res.mean != res.mean and res.data_used > 0):
+            log_r = -math.inf
+        else:
+            log_r = log_ratio_o1 + (self.n_rows * res.mean if res.data_used else 0.0)
         return res, {
             "data_used": int(res.data_used),
             "n_batches": int(res.n_batches),

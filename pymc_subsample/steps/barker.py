@@ -181,8 +181,9 @@ class BarkerMinibatch(GrowingBatchStep):
             "data_used": int(res.data_used),
             "n_batches": int(res.n_batches),
             # Barker's acceptance function 1 / (1 + exp(-Delta)) at the estimate Delta*
-            "accept": float(expit(res.delta_star)) if res.delta_star == res.delta_star
-            else 0.0,
+            # (0 when a non-finite term or ratio rejected the proposal outright)
+            "accept": 0.0 if res.nonfinite or res.delta_star != res.delta_star
+            else float(expit(res.delta_star)),
             "clt_error": float(res.clt_error),
             "lemma3_error": float(res.lemma3_error),
             "delta_var": float(res.delta_var),

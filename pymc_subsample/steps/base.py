@@ -382,7 +382,7 @@ class SubsampleStep(ChainState, ArrayStepShared):
         q_prop, log_qratio = self.proposal.draw(q, self.rng)
         q_prop = np.asarray(q_prop, dtype=np.float64)
         log_qratio = float(log_qratio)
-        stats = {"data_used": 0, "n_batches": 0, "accept": 0.0}
+        stats = {"data_used": 0, "n_batches": 0}
         if not np.all(np.isfinite(q_prop)) or np.isnan(log_qratio) or log_qratio == -np.inf:
             accepted = False
         else:
@@ -401,6 +401,8 @@ class SubsampleStep(ChainState, ArrayStepShared):
         if self.tune and self.adapt and hasattr(self.proposal, "tune"):
             self.proposal.tune(self._tune_signal(accepted), q=q_prop if accepted else q)
         stats["accepted"] = float(bool(accepted))
+        # a step whose _decide gives no estimate reports the decision itself (unbiased)
+        stats.setdefault("accept", stats["accepted"])
         return (q_prop if accepted else q), stats
 
     #: ``(q, log prior at q)`` of the current state, reused within a draw (see astep)

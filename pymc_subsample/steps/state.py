@@ -41,8 +41,10 @@ BASE_STATS = {
     # the MH acceptance probability min(1, exp(log ratio)) as the test estimated it (the
     # approximate tests' estimate of the ratio; ScalableMH: its control-variate surrogate
     # plus a Poisson estimate of the remainders from the rows read, exact after a
-    # full-data test; BarkerMinibatch: Barker's 1 / (1 + exp(-Delta*))), averaged over
-    # the draw's transitions; 0.0 for a proposal rejected before any test
+    # full-data test, which bounds its factorised test's probability from above;
+    # BarkerMinibatch: Barker's 1 / (1 + exp(-Delta*)); a step that gives none: the
+    # decision), averaged over the draw's transitions; 0.0 for a proposal rejected
+    # before any test
     "accept": (np.float64, []),
     "data_used": (np.int64, []),
     "n_batches": (np.int64, []),
