@@ -209,6 +209,14 @@ class PredictorMap:
         return float(row_loglik(self.family, self.eta(v, data), y, self.params,
                                 derivatives=0)[0].sum())
 
+    def full_loglik_diff(self, v, v_prop, *, chunk: int = 65536) -> float:
+        """``sum_i l_i(v') - l_i(v)`` over all rows, chunk by chunk (nothing compiled)."""
+        eng, total = self.engine, 0.0
+        for start, stop in eng.row_ranges(chunk):
+            data = eng.gather_slice(start, stop)
+            total += self.chunk_loglik(v_prop, data) - self.chunk_loglik(v, data)
+        return total
+
     def data_pass(self, v_hat, order: int, chunk_psi, *, chunk: int = 65536):
         """One chunked pass: the proxy sums ``G``, ``H`` in ``v`` and the row constants.
 

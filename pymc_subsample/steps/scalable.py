@@ -412,11 +412,8 @@ class ScalableMH(SubsampleStep):
             return self.engine.full_loglik_diff(q, q_prop)
         x = self.coordinates(q) if x is None else x
         x_prop = self.coordinates(q_prop) if x_prop is None else x_prop
-        eng, vmap, total = self.engine, self._vmap, 0.0
         with np.errstate(all="ignore"):
-            for start, stop in eng.row_ranges(65536):
-                data = eng.gather_slice(start, stop)
-                total += vmap.chunk_loglik(x_prop, data) - vmap.chunk_loglik(x, data)
+            total = self._vmap.full_loglik_diff(x, x_prop)
         return total if total == total else -math.inf
 
     # ------------------------------------------------------------------ the step
