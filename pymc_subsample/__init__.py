@@ -18,6 +18,7 @@ _LAZY = {
     "AustereMH": "pymc_subsample.steps.austere",
     "BarkerMinibatch": "pymc_subsample.steps.barker",
     "ScalableMH": "pymc_subsample.steps.scalable",
+    "SGLD": "pymc_subsample.steps.sgld",
     "design_austerity_test": "pymc_subsample.kernels.austere_design",
     "datasets": "pymc_subsample.datasets",
     "diagnostics": "pymc_subsample.diagnostics",

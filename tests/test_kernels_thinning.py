@@ -607,7 +607,8 @@ def test_glm_row_bounds_chunked_memmap(tmp_path):
 
 
 def test_kernels_import_neither_pymc_nor_pytensor():
-    names = ("alias", "thinning", "smh", "bounds", "phi", "region", "interval")
+    names = ("alias", "thinning", "smh", "bounds", "phi", "region", "interval",
+             "gradient_estimators", "sgld")
     for name in (n + ".py" for n in names):
         tree = ast.parse((KERNELS / name).read_text())
         for node in ast.walk(tree):

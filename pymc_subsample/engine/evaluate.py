@@ -111,6 +111,13 @@ def _taylor(order):
     return build
 
 
+def _row_grad_pair(g):
+    """Per-row gradients at ``q`` and at a centre ``c`` in one call (the control-variate
+    gradient estimator of :mod:`pymc_subsample.kernels.gradient_estimators`)."""
+    c = g.q.type("center")
+    return [g.q, c], [rows_jacobian(g.loglik, g.q), rows_jacobian(g.loglik_at(c), c)]
+
+
 def _zeros(*shape):
     return lambda d: np.zeros(shape)
 
@@ -131,6 +138,8 @@ FUNCTIONS = {
     "sum_hess": Evaluation(_sum_hessian),
     "row_grad": Evaluation(lambda g: ([g.q], [g.loglik, rows_jacobian(g.loglik, g.q)]),
                            per_row=True, empty=lambda d: (np.empty(0), np.empty((0, d)))),
+    "row_grad_pair": Evaluation(_row_grad_pair, per_row=True,
+                                empty=lambda d: (np.empty((0, d)), np.empty((0, d)))),
     "row_hess": Evaluation(_rows_hessian, per_row=True,
                            empty=lambda d: (np.empty(0), np.empty((0, d)), np.empty((0, d, d)))),
 }
@@ -302,6 +311,10 @@ class BatchFunctions:
     def loglik_rows_grad(self, q, rows, *, chunk: int = 256):
         """Per-row log-likelihood ``(n,)`` and per-row gradients ``(n, ndim)``."""
         return self._on_row_chunks("row_grad", q, rows, chunk)
+
+    def loglik_rows_grad_pair(self, q, center, rows):
+        """Per-row gradients ``(n, ndim)`` at ``q`` and at ``center``, in one call."""
+        return self._on_rows("row_grad_pair", [q, center], rows)
 
     def loglik_rows_hessian(self, q, rows, *, chunk: int = 32):
         """Per-row log-likelihood, gradients ``(n, ndim)`` and Hessians ``(n, ndim, ndim)``."""

@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from ..kernels.gradient_estimators import ESTIMATORS
 from .adaptation import _TunedScalar
 from .base import _MALA_OPTIMAL, _RW_OPTIMAL, Proposal, _CovFactor
 from .validation import _positive_scalar
@@ -61,6 +62,19 @@ class Langevin(_TunedScalar, Proposal):
         diagonal of that ``cov``. An array: ``M`` itself (1-D = diagonal variances).
     adapt_gain, adapt_t0, adapt_kappa : float
         Robbins-Monro gain parameters.
+    gradient : {None, "cv", "minibatch", "saga", "is", "is_saga"}, default None
+        The gradient estimator, one of those of :class:`pymc_subsample.SGLD`
+        (:mod:`pymc_subsample.kernels.gradient_estimators`), built by the step:
+        ``"cv"`` Taylor control variates about the centre (Baker, Fearnhead, Fox & Nemeth
+        2019, "Control variates for stochastic gradient MCMC"), ``"saga"``, ``"is"``,
+        ``"is_saga"`` (El hanchi 2019, "Scaling up MCMC for Bayesian inference using
+        adaptive data subsampling", Sec. 4-5) or ``"minibatch"``; the minibatch ``S``
+        comes from the estimator (importance-sampled rows for ``"is"``). ``None``: the
+        step's plain minibatch gradient on rows drawn here. The estimate is a function of
+        ``(q, S)`` for a fixed centre, weights and SAGA store, so the same-``S`` ratio
+        below holds for each; SAGA's store is updated after the test, at the state the
+        chain keeps (from the gradients the draw already evaluated), which makes the
+        proposal adaptive: each transition leaves the target invariant given the store.
 
     Notes
     -----
@@ -75,7 +89,16 @@ class Langevin(_TunedScalar, Proposal):
 
     def __init__(self, step_size: float | None = None, *, batch_size: int = 100,
                  adapt: bool = True, target_accept: float = 0.574, precondition: Any = False,
-                 adapt_gain: float = 1.0, adapt_t0: float = 10.0, adapt_kappa: float = 0.6):
+                 adapt_gain: float = 1.0, adapt_t0: float = 10.0, adapt_kappa: float = 0.6,
+                 gradient: str | None = None):
+        if gradient is not None and (not isinstance(gradient, str) or gradient not in ESTIMATORS):
+            raise ValueError(
+                f"gradient must be None or one of {sorted(ESTIMATORS)} (the gradient "
+                f"estimator), got {gradient!r}."
+            )
+        #: the gradient estimator the step builds for this proposal (None: the step's
+        #: plain minibatch gradient)
+        self.estimator_name = gradient
         super().__init__(adapt=adapt, target_accept=target_accept, adapt_gain=adapt_gain,
                          adapt_t0=adapt_t0, adapt_kappa=adapt_kappa)
         self._user_h = None if step_size is None else _positive_scalar(step_size, "step_size")
@@ -98,6 +121,12 @@ class Langevin(_TunedScalar, Proposal):
             )
         if n_total is None or int(n_total) != n_total or int(n_total) < 1:
             raise ValueError(f"Langevin needs setup(..., n_total=N) with N >= 1 rows, got {n_total!r}.")
+        if self.estimator_name is not None and not hasattr(grad_fn, "draw_rows"):
+            raise ValueError(
+                f"Langevin(gradient={self.estimator_name!r}) needs a step that builds gradient "
+                "estimators (AustereMH, BarkerMinibatch, ScalableMH); this grad_fn has no "
+                "draw_rows. Use gradient=None."
+            )
         self._grad_fn = grad_fn
         self.n_total = int(n_total)
         self._m = min(self.batch_size, self.n_total)
@@ -179,7 +208,10 @@ class Langevin(_TunedScalar, Proposal):
         return g
 
     def draw_rows(self, rng: np.random.Generator) -> np.ndarray:
-        """The auxiliary minibatch ``S``: ``batch_size`` sorted rows without replacement."""
+        """The auxiliary minibatch ``S``: ``batch_size`` sorted rows without replacement
+        (or the gradient estimator's rows)."""
+        if self.estimator_name is not None:
+            return self._grad_fn.draw_rows(rng)
         if self._all_rows is not None:
             return self._all_rows
         rows = rng.choice(self.n_total, self._m, replace=False)

@@ -29,6 +29,7 @@ from pymc.util import get_value_vars_from_user_vars
 from .. import _memmap
 from ..engine import LikelihoodEngine
 from ..proposals import as_proposal
+from .gradients import GradientOracle, build_estimator
 from .state import (
     BASE_STATS,
     SETTING_PREFIX,
@@ -229,9 +230,9 @@ class SubsampleStep(ChainState, ArrayStepShared):
             # undone), for proposals that start from a scaling of their own
             own = self.proposal.scaling_from_sd(scaling * np.sqrt(self.ndim) / 2.38)
             scaling = scaling if own is None else own
-        self.proposal.setup(
-            self.ndim, scaling=scaling, grad_fn=self._minibatch_grad, n_total=self.n_rows
-        )
+        grad_fn = (self._proposal_grad_fn()
+                   if getattr(self.proposal, "estimator_name", None) else self._minibatch_grad)
+        self.proposal.setup(self.ndim, scaling=scaling, grad_fn=grad_fn, n_total=self.n_rows)
 
     def _minibatch_grad(self, q, rows):
         """Unbiased estimate of the log-posterior gradient from ``rows`` (Langevin proposals)."""
@@ -400,6 +401,8 @@ class SubsampleStep(ChainState, ArrayStepShared):
                     self._prior_now = (q_prop, prior_p)
         if self.tune and self.adapt and hasattr(self.proposal, "tune"):
             self.proposal.tune(self._tune_signal(accepted), q=q_prop if accepted else q)
+        if self._oracle is not None:  # a Langevin proposal's estimator: its rows count
+            stats["data_used"] += self._oracle.update(q_prop if accepted else q)
         stats["accepted"] = float(bool(accepted))
         # a step whose _decide gives no estimate reports the decision itself (unbiased)
         stats.setdefault("accept", stats["accepted"])
@@ -431,10 +434,24 @@ class SubsampleStep(ChainState, ArrayStepShared):
 
     def _proposal_grad_fn(self):
         """The gradient the proposal declares it needs (``Proposal.gradient``): the data-free
-        surrogate's, or an unbiased minibatch estimate of the log posterior's."""
+        surrogate's, or an unbiased minibatch estimate of the log posterior's, from the
+        gradient estimator the proposal names (``estimator_name``, a
+        :class:`~pymc_subsample.steps.gradients.GradientOracle`) or plain."""
         if getattr(self.proposal, "gradient", "minibatch") == "surrogate":
             return self._surrogate_grad
+        name = getattr(self.proposal, "estimator_name", None)
+        if name is not None:
+            est = build_estimator(self, name, self.proposal.batch_size)
+            center = getattr(self, "center", None)
+            self._oracle = GradientOracle(self.engine, est,
+                                          None if center is None else center.theta,
+                                          self.loglik_weight)
+            return self._oracle
         return self._minibatch_grad
+
+    #: the gradient estimates of a Langevin proposal with ``gradient=`` (per chain state:
+    #: SAGA's store)
+    _oracle = None
 
     def _wants_gaussian_mean(self) -> bool:
         """Whether the proposal's reference point is the Gaussian approximation's mean

@@ -68,6 +68,7 @@ SETTING_DTYPES = {
     "order": np.int64,
     "truncation": np.float64,
     "region": np.float64,  # NaN: global bounds (region=None)
+    "step_size": np.float64,  # SGLD's h at the start of sampling
 }
 
 #: prefix of the recorded settings' stat names
@@ -169,6 +170,8 @@ class ChainState:
         self._check_data_unchanged()
         if hasattr(self.proposal, "reset"):
             self.proposal.reset()
+        if getattr(self, "_oracle", None) is not None:
+            self._oracle.reset()
         self._warned = set()
         self._pending = []
         self.tune = self.adapt

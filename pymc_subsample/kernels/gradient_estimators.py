@@ -1,0 +1,351 @@
+"""Minibatch estimators of the log-likelihood gradient, for stochastic-gradient Langevin.
+
+Pure NumPy; nothing here imports PyMC or PyTensor. Each estimator gives an unbiased
+estimate of ``G(q) = sum_i grad log p(x_i | q)`` over all ``N`` rows from the per-row
+gradients of a minibatch, and an estimate of that estimate's covariance from the spread
+of the batch's terms (for the step's noise check). The caller evaluates the per-row
+gradients (the step's likelihood engine); an estimator only says which rows to read
+(:meth:`GradientEstimator.draw_rows`) and combines what was read
+(:meth:`GradientEstimator.estimate`).
+
+Every estimator has the form ``G_hat = A + (1/m) sum_k z_k`` with a known constant ``A``
+and ``m`` exchangeable terms ``z_k``:
+
+=============  ==============================  =====================================
+name           rows                            ``A``; ``z_k`` for row ``i``
+=============  ==============================  =====================================
+``minibatch``  uniform, without replacement    ``0``; ``N g_i(q)``
+``cv``         uniform, without replacement    ``sum_j g_j(c)``; ``N (g_i(q) - g_i(c))``
+``saga``       uniform, without replacement    ``sum_j h_j``; ``N (g_i(q) - h_i)``
+``is``         ``p_i``, with replacement       ``0``; ``g_i(q) / p_i``
+``is_saga``    ``p_i``, with replacement       ``sum_j h_j``; ``(g_i(q) - h_i) / p_i``
+=============  ==============================  =====================================
+
+with ``g_i(q) = grad log p(x_i | q)``:
+
+- ``minibatch``: Welling & Teh (2011), "Bayesian learning via stochastic gradient
+  Langevin dynamics", eq. 3-4 (El hanchi 2019, "Scaling up MCMC for Bayesian inference
+  using adaptive data subsampling", Sec. 4.1).
+- ``cv``: a first-order Taylor control variate about a fixed centre ``c`` near the
+  posterior mode, whose full-data sum is computed once: SGLD-CV of Baker, Fearnhead,
+  Fox & Nemeth (2019), "Control variates for stochastic gradient MCMC", Algorithm 2.
+  The terms are ``O(|q - c|)``, so at posterior scale on tall data their spread, and the
+  batch needed for a given accuracy, does not grow with ``N``.
+- ``saga``: stored per-row gradients ``h_i`` (the gradient last evaluated for row
+  ``i``), updated after each step (:meth:`GradientEstimator.update`): SAGA-LD, El hanchi
+  Sec. 4.3 (Defazio, Bach & Lacoste-Julien 2014; Dubey et al. 2016). Memory ``N d``.
+- ``is`` and ``is_saga``: importance sampling of the rows with probabilities ``p_i``,
+  El hanchi Sec. 4.3 (the estimators) and Sec. 5.1 (the probabilities
+  ``p_i ∝ ||h_i|| + L_i s``, the KKT solution that minimises his bound on the mean
+  squared error; see :func:`~pymc_subsample.kernels.control_variates.importance_weights`).
+
+Covariance. With replacement the terms are i.i.d. and ``Var(G_hat) = Var(z) / m``;
+without replacement the finite-population factor ``(N - m) / (N - 1)`` multiplies it.
+:class:`Estimate` carries ``spread``, an ``(m, d)`` matrix with ``spread' spread`` the
+unbiased estimate of ``Var(G_hat)``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from .alias import AliasTable
+
+__all__ = [
+    "ESTIMATORS",
+    "Estimate",
+    "GradientEstimator",
+    "MinibatchEstimator",
+    "ControlVariateEstimator",
+    "SagaEstimator",
+    "ImportanceEstimator",
+    "ImportanceSagaEstimator",
+    "make_estimator",
+    "saga_bytes",
+]
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """One estimate of ``G(q) = sum_i grad log p(x_i | q)``.
+
+    Attributes
+    ----------
+    grad : numpy.ndarray
+        ``G_hat``, shape ``(d,)``.
+    spread : numpy.ndarray
+        Shape ``(m, d)``: ``spread.T @ spread`` estimates ``Var(G_hat)`` (zeros when the
+        batch has fewer than two rows or is the whole data).
+    """
+
+    grad: np.ndarray
+    spread: np.ndarray
+
+    def whitened_variance(self, factor=None) -> float:
+        """Largest eigenvalue of ``F' Var(G_hat) F`` (``F`` a ``(d, d)`` matrix, or a
+        ``(d,)`` vector of per-dimension scales, or None for the identity): the variance of
+        the estimate along its worst direction, in the units of a preconditioner
+        ``M = F F'``."""
+        s = self.spread
+        if factor is not None:
+            s = s * factor if np.ndim(factor) == 1 else s @ factor
+        if s.shape[0] < 2 or not np.any(s):
+            return 0.0
+        if s.shape[1] == 1:
+            return float(s[:, 0] @ s[:, 0])
+        # the largest singular value squared (d small: the Gram matrix of the smaller side)
+        gram = s.T @ s if s.shape[1] <= s.shape[0] else s @ s.T
+        return float(np.linalg.eigvalsh(gram)[-1])
+
+
+def _spread(z: np.ndarray, fpc: float) -> np.ndarray:
+    """``(z - mean) sqrt(fpc / (m (m - 1)))``: its Gram matrix is the unbiased estimate of
+    the covariance of the mean of the ``m`` terms ``z`` (``fpc`` the finite-population
+    factor)."""
+    m = z.shape[0]
+    if m < 2 or fpc <= 0.0:
+        return np.zeros((0, z.shape[1]))
+    return (z - z.mean(axis=0)) * math.sqrt(fpc / (m * (m - 1)))
+
+
+def _check_rows_batch(n_rows, batch_size):
+    if isinstance(n_rows, bool) or int(n_rows) != n_rows or int(n_rows) < 1:
+        raise ValueError(f"n_rows must be a positive integer, got {n_rows!r}.")
+    if isinstance(batch_size, bool) or int(batch_size) != batch_size or int(batch_size) < 1:
+        raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}.")
+    return int(n_rows), int(batch_size)
+
+
+class GradientEstimator:
+    """Base class: uniform rows without replacement; subclasses combine them.
+
+    Parameters
+    ----------
+    n_rows : int
+        ``N``.
+    batch_size : int
+        ``m`` rows per estimate (all ``N`` rows, exactly, when ``m >= N`` for the uniform
+        estimators).
+
+    Attributes
+    ----------
+    name : str
+        The estimator's name in :data:`ESTIMATORS`.
+    needs_center : bool
+        :meth:`estimate` needs the rows' gradients at the centre too.
+    stateful : bool
+        The estimator keeps per-chain state (:meth:`reset`, :meth:`update`).
+    """
+
+    name = "base"
+    needs_center = False
+    stateful = False
+    with_replacement = False
+
+    def __init__(self, n_rows: int, batch_size: int):
+        self.n_rows, m = _check_rows_batch(n_rows, batch_size)
+        self.batch_size = m if self.with_replacement else min(m, self.n_rows)
+        self._all = self.batch_size == self.n_rows and not self.with_replacement
+        self._fpc = (self.n_rows - self.batch_size) / max(self.n_rows - 1, 1)
+
+    def reset(self) -> None:
+        """Restore the per-chain state (stateless estimators: nothing)."""
+
+    def draw_rows(self, rng: np.random.Generator) -> np.ndarray:
+        """The rows of one estimate, sorted (int64)."""
+        if self._all:
+            return np.arange(self.n_rows, dtype=np.int64)
+        rows = rng.choice(self.n_rows, self.batch_size, replace=False)
+        rows.sort()
+        return rows.astype(np.int64, copy=False)
+
+    def terms(self, rows, grads, grads_center=None) -> tuple[np.ndarray, np.ndarray]:
+        """``(A, z)``: the constant and the ``(m, d)`` terms (see the module docs)."""
+        raise NotImplementedError
+
+    def estimate(self, rows, grads, grads_center=None) -> Estimate:
+        """Combine the rows' gradients ``grads`` ``(m, d)`` at ``q`` (and, when
+        ``needs_center``, ``grads_center`` at the centre) into an :class:`Estimate`."""
+        a, z = self.terms(rows, np.asarray(grads, dtype=np.float64), grads_center)
+        return Estimate(a + z.mean(axis=0), _spread(z, 1.0 if self.with_replacement
+                                                    else self._fpc))
+
+    def update(self, rows, grads) -> None:
+        """After a step: the rows' gradients at the chain's state (stored by SAGA)."""
+
+
+class MinibatchEstimator(GradientEstimator):
+    """Plain minibatch estimate ``N / m sum_{i in S} g_i(q)`` (Welling & Teh 2011, eq. 4)."""
+
+    name = "minibatch"
+
+    def terms(self, rows, grads, grads_center=None):
+        return 0.0, self.n_rows * grads
+
+
+class ControlVariateEstimator(GradientEstimator):
+    """First-order Taylor control variate about a centre ``c`` (Baker et al. 2019,
+    "Control variates for stochastic gradient MCMC", Algorithm 2):
+    ``sum_j g_j(c) + N / m sum_{i in S} (g_i(q) - g_i(c))``.
+
+    Parameters
+    ----------
+    grad_sum_center : numpy.ndarray
+        ``sum_j g_j(c)`` over all rows, shape ``(d,)`` (one pass at set-up).
+    """
+
+    name = "cv"
+    needs_center = True
+
+    def __init__(self, n_rows, batch_size, grad_sum_center):
+        super().__init__(n_rows, batch_size)
+        self.grad_sum_center = np.asarray(grad_sum_center, dtype=np.float64).copy()
+
+    def terms(self, rows, grads, grads_center=None):
+        if grads_center is None:
+            raise ValueError("the control-variate estimator needs the rows' gradients at the centre.")
+        return self.grad_sum_center, self.n_rows * (grads - grads_center)
+
+
+def saga_bytes(n_rows: int, ndim: int) -> int:
+    """Memory of SAGA's per-row gradient store: two ``N x d`` float64 arrays (the store
+    and its starting copy, restored at each chain's start)."""
+    return 2 * 8 * int(n_rows) * int(ndim)
+
+
+class _StoredGradients:
+    """SAGA's store ``h_i`` and its exact sum (shared by ``saga`` and ``is_saga``)."""
+
+    stateful = True
+
+    def _init_store(self, grads0):
+        self._h0 = np.ascontiguousarray(grads0, dtype=np.float64)
+        if self._h0.shape[0] != self.n_rows:
+            raise ValueError(f"the starting gradients have {self._h0.shape[0]} rows, expected {self.n_rows}.")
+        self.reset()
+
+    def reset(self) -> None:
+        self.h = self._h0.copy()
+        self.h_sum = self.h.sum(axis=0)
+
+    def update(self, rows, grads) -> None:
+        """Store ``grads`` for ``rows`` (duplicates, from sampling with replacement, keep
+        one value) and keep the sum exact."""
+        rows = np.asarray(rows, dtype=np.int64)
+        grads = np.asarray(grads, dtype=np.float64)
+        if self.with_replacement:
+            rows, first = np.unique(rows, return_index=True)
+            grads = grads[first]
+        self.h_sum += (grads - self.h[rows]).sum(axis=0)
+        self.h[rows] = grads
+
+
+class SagaEstimator(_StoredGradients, GradientEstimator):
+    """SAGA: ``sum_j h_j + N / m sum_{i in S} (g_i(q) - h_i)``, then ``h_i <- g_i`` for the
+    rows read (El hanchi 2019, Sec. 4.3).
+
+    Parameters
+    ----------
+    grads0 : numpy.ndarray
+        Starting store, shape ``(N, d)`` (the gradients at the centre).
+    """
+
+    name = "saga"
+
+    def __init__(self, n_rows, batch_size, grads0):
+        super().__init__(n_rows, batch_size)
+        self._init_store(grads0)
+
+    def terms(self, rows, grads, grads_center=None):
+        return self.h_sum, self.n_rows * (grads - self.h[rows])
+
+
+class ImportanceEstimator(GradientEstimator):
+    """Importance-sampled rows, with replacement: ``1/m sum_k g_{i_k}(q) / p_{i_k}``
+    (El hanchi 2019, Sec. 4.3).
+
+    Parameters
+    ----------
+    weights : numpy.ndarray
+        Positive row weights, shape ``(N,)``; ``p = weights / sum(weights)``, mixed with
+        the uniform distribution in the share ``defensive``.
+    defensive : float, default 0.1
+        Share of the uniform component (defensive importance sampling, Hesterberg 1995,
+        "Weighted average importance sampling and defensive mixture distributions"):
+        ``p_i >= defensive / N``, so no row's weight ``1 / p_i`` exceeds ``N / defensive``
+        wherever the chain goes.
+    """
+
+    name = "is"
+    with_replacement = True
+
+    def __init__(self, n_rows, batch_size, weights, defensive: float = 0.1):
+        super().__init__(n_rows, batch_size)
+        w = np.asarray(weights, dtype=np.float64)
+        if w.shape != (self.n_rows,) or not np.all(np.isfinite(w)) or np.any(w < 0) or w.sum() <= 0:
+            raise ValueError("weights must be N non-negative finite numbers with a positive sum.")
+        if not 0.0 <= defensive <= 1.0:
+            raise ValueError(f"defensive must be in [0, 1], got {defensive!r}.")
+        p = (1.0 - defensive) * w / w.sum() + defensive / self.n_rows
+        self.table = AliasTable(p)
+        self.p = self.table.probabilities()
+        self.defensive = float(defensive)
+
+    def draw_rows(self, rng):
+        rows = self.table.sample(rng, self.batch_size)
+        rows.sort()
+        return rows.astype(np.int64, copy=False)
+
+    def terms(self, rows, grads, grads_center=None):
+        return 0.0, grads / self.p[rows][:, None]
+
+
+class ImportanceSagaEstimator(_StoredGradients, ImportanceEstimator):
+    """Importance sampling and SAGA: ``sum_j h_j + 1/m sum_k (g_{i_k}(q) - h_{i_k}) /
+    p_{i_k}`` (El hanchi 2019, Sec. 4.3 and 5.2.2).
+
+    Parameters
+    ----------
+    weights, defensive :
+        As :class:`ImportanceEstimator`.
+    grads0 : numpy.ndarray
+        Starting store, shape ``(N, d)``.
+    """
+
+    name = "is_saga"
+
+    def __init__(self, n_rows, batch_size, weights, grads0, defensive: float = 0.1):
+        super().__init__(n_rows, batch_size, weights, defensive)
+        self._init_store(grads0)
+
+    def terms(self, rows, grads, grads_center=None):
+        return self.h_sum, (grads - self.h[rows]) / self.p[rows][:, None]
+
+
+#: the estimators by name
+ESTIMATORS = {
+    cls.name: cls
+    for cls in (MinibatchEstimator, ControlVariateEstimator, SagaEstimator,
+                ImportanceEstimator, ImportanceSagaEstimator)
+}
+
+
+def make_estimator(name: str, n_rows: int, batch_size: int, *, grad_sum_center=None,
+                   grads_center=None, weights=None, defensive: float = 0.1) -> GradientEstimator:
+    """The estimator ``name`` (a key of :data:`ESTIMATORS`) from what the set-up computed:
+    ``grad_sum_center`` (``cv``), the per-row gradients at the centre ``grads_center``
+    (``saga``, ``is_saga``), the importance weights ``weights`` (``is``, ``is_saga``)."""
+    if name not in ESTIMATORS:
+        raise ValueError(f"gradient estimator must be one of {sorted(ESTIMATORS)}, got {name!r}.")
+    if name == "minibatch":
+        return MinibatchEstimator(n_rows, batch_size)
+    if name == "cv":
+        return ControlVariateEstimator(n_rows, batch_size, grad_sum_center)
+    if name == "saga":
+        return SagaEstimator(n_rows, batch_size, grads_center)
+    if name == "is":
+        return ImportanceEstimator(n_rows, batch_size, weights, defensive)
+    return ImportanceSagaEstimator(n_rows, batch_size, weights, grads_center, defensive)

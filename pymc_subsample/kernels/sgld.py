@@ -1,0 +1,82 @@
+"""The stochastic-gradient Langevin update, its step-size schedules and its noise check.
+
+Pure NumPy; nothing here imports PyMC or PyTensor.
+
+The update (Welling & Teh 2011, "Bayesian learning via stochastic gradient Langevin
+dynamics", eq. 4, with a fixed preconditioner ``M = F F'`` as in their Sec. 4):
+
+    q' = q + (h / 2) M g_hat(q) + sqrt(h) F eps,     eps ~ N(0, I),
+
+with ``g_hat`` an unbiased estimate of the gradient of the log posterior
+(:mod:`pymc_subsample.kernels.gradient_estimators`). El hanchi (2019, "Scaling up MCMC
+for Bayesian inference using adaptive data subsampling", Algorithm 2) writes the same
+update as ``theta' = theta - eps_EH grad U + N(0, 2 eps_EH)``: his step ``eps_EH`` is
+``h / 2`` here, with ``M = I``.
+
+Two errors remain without a Metropolis-Hastings correction:
+
+- Discretisation. On a Gaussian target whose covariance is ``M`` the update is an AR(1)
+  process, ``z' = (1 - h/2) z + sqrt(h) eps`` in whitened coordinates, whose stationary
+  variance is ``h / (1 - (1 - h/2)^2) = 1 / (1 - h/4)`` instead of 1
+  (:func:`gaussian_variance_inflation`); the mean is right.
+- Gradient noise. The estimate's error adds ``(h/2)^2 Var(g_hat)`` to the ``h M`` the
+  update injects. Welling & Teh (Sec. 4) ask that ``alpha = (h / 4) lambda_max(F' Var(g_hat)
+  F)`` be small; :func:`noise_ratio` is that ``alpha``, the variance the gradient noise
+  adds relative to the injected noise along the worst direction.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+__all__ = [
+    "SCHEDULES",
+    "langevin_update",
+    "step_size_at",
+    "gaussian_variance_inflation",
+    "noise_ratio",
+]
+
+#: step-size schedules
+SCHEDULES = ("fixed", "decreasing")
+
+
+def langevin_update(q, grad, h: float, eps, factor=None) -> np.ndarray:
+    """``q + (h/2) M grad + sqrt(h) F eps`` with ``M = F F'``; ``factor`` is ``F`` as a
+    ``(d, d)`` lower-triangular matrix, a ``(d,)`` vector (diagonal ``F``) or None
+    (identity). Welling & Teh (2011), eq. 4."""
+    if factor is None:
+        return q + 0.5 * h * grad + math.sqrt(h) * eps
+    if np.ndim(factor) == 1:
+        return q + factor * (0.5 * h * factor * grad + math.sqrt(h) * eps)
+    return q + factor @ (0.5 * h * (factor.T @ grad) + math.sqrt(h) * eps)
+
+
+def step_size_at(t: int, h0: float, schedule: str = "fixed", *, t0: float = 100.0,
+                 gamma: float = 0.55) -> float:
+    """The step size of transition ``t`` (counted from 0).
+
+    ``"fixed"``: ``h0``. ``"decreasing"``: ``h0 (1 + t / t0)^(-gamma)``, the polynomial
+    decay of Welling & Teh (2011, Sec. 3: ``sum h_t = inf``, ``sum h_t^2 < inf`` for
+    ``gamma`` in ``(0.5, 1]``), under which the discretisation and gradient-noise errors
+    vanish as ``t`` grows, at the price of ever slower mixing.
+    """
+    if schedule == "fixed":
+        return h0
+    return h0 * (1.0 + t / t0) ** (-gamma)
+
+
+def gaussian_variance_inflation(h: float) -> float:
+    """Stationary variance of the update, relative to the target's, on a Gaussian target
+    with covariance ``M`` and exact gradients: ``1 / (1 - h/4)`` (finite for ``h < 4``)."""
+    return math.inf if h >= 4.0 else 1.0 / (1.0 - h / 4.0)
+
+
+def noise_ratio(h: float, whitened_variance: float) -> float:
+    """Welling & Teh's ``alpha = (h / 4) lambda_max(F' Var(g_hat) F)``: the variance the
+    gradient noise adds to an update, relative to the injected ``h``, along the worst
+    direction (``whitened_variance`` from
+    :meth:`~pymc_subsample.kernels.gradient_estimators.Estimate.whitened_variance`)."""
+    return 0.25 * h * whitened_variance

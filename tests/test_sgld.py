@@ -1,0 +1,320 @@
+"""SGLD and the gradient estimators (El hanchi 2019; Baker et al. 2019; Welling & Teh 2011).
+
+* kernels (no PyMC): every estimator is unbiased and its batch-spread covariance matches
+  the estimates' covariance; SAGA keeps its sum exact; the control variates shrink the
+  variance; the stated discretisation bias ``1 / (1 - h/4)`` is what the update gives;
+* the SGLD step on a conjugate Normal model (exact posterior): with exact gradients the
+  stationary variance is the stated inflation of the posterior's, and a mutant whose
+  injected noise is El hanchi's ``2 eps`` misread as ``2 h`` is caught; the default
+  (control variates) within Monte Carlo error plus the stated bias; the plain minibatch
+  estimator's noise is flagged in the stats and a warning;
+* the MH-corrected variant: ``AustereMH(proposal=Langevin(gradient=...))`` samples the
+  exact posterior with each estimator (the order-2 control variates make the test exact
+  on a Gaussian model), and a mutant that drops the proposal ratio is caught;
+* PyMC citizenship: seeds with cores 1 and 2, settings, schedules, clear errors.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pymc as pm
+import pytest
+
+import pymc_subsample as pms
+from pymc_subsample.kernels import gradient_estimators as ge
+from pymc_subsample.kernels import sgld as sgld_kernel
+
+from helpers import ess, mcse_mean, mcse_sd, posterior, run_sample, sample_stats, sampler_warnings
+
+SEED = 20261125
+
+
+# ====================================================================== kernels
+
+
+def _row_grads(n=300, d=3, seed=0):
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(n, d))
+    g_c = x * rng.normal(size=(n, 1))  # gradients at a centre
+    g_q = g_c + 0.05 * x * rng.normal(size=(n, 1))  # close to them
+    return g_q, g_c
+
+
+def _estimators(g_q, g_c):
+    n = g_q.shape[0]
+    w = np.linalg.norm(g_c, axis=1) + 0.1
+    store = g_c + 0.01  # a SAGA store that is not the centre's gradients
+    return {
+        "minibatch": ge.make_estimator("minibatch", n, 20),
+        "cv": ge.make_estimator("cv", n, 20, grad_sum_center=g_c.sum(0)),
+        "saga": ge.make_estimator("saga", n, 20, grads_center=store),
+        "is": ge.make_estimator("is", n, 20, weights=w),
+        "is_saga": ge.make_estimator("is_saga", n, 20, weights=w, grads_center=store),
+    }
+
+
+@pytest.mark.parametrize("name", sorted(ge.ESTIMATORS))
+def test_estimators_unbiased_and_spread_is_their_covariance(name):
+    g_q, g_c = _row_grads()
+    est = _estimators(g_q, g_c)[name]
+    truth = g_q.sum(0)
+    rng = np.random.default_rng(1)
+    k = 4000
+    draws, var_hat = np.empty((k, 3)), np.empty(k)
+    for j in range(k):
+        rows = est.draw_rows(rng)
+        e = est.estimate(rows, g_q[rows], g_c[rows])
+        draws[j] = e.grad
+        var_hat[j] = np.trace(e.spread.T @ e.spread)
+    se = draws.std(0) / math.sqrt(k)
+    assert np.all(np.abs(draws.mean(0) - truth) < 4.5 * se + 1e-9), (name, draws.mean(0), truth)
+    emp = np.trace(np.cov(draws.T))
+    # the spread's mean estimates the trace of the covariance (unbiased), to a few % here
+    assert abs(var_hat.mean() / emp - 1) < 0.12, (name, var_hat.mean(), emp)
+
+
+def test_estimator_variances_order():
+    g_q, g_c = _row_grads()
+    ests = _estimators(g_q, g_c)
+    rng = np.random.default_rng(2)
+
+    def var(name):
+        e = ests[name]
+        out = []
+        for _ in range(2000):
+            rows = e.draw_rows(rng)
+            out.append(e.estimate(rows, g_q[rows], g_c[rows]).grad)
+        return np.trace(np.cov(np.array(out).T))
+
+    v = {n: var(n) for n in ests}
+    assert v["cv"] < 0.05 * v["minibatch"]
+    assert v["saga"] < 0.05 * v["minibatch"]  # a store close to the gradients
+
+
+def test_saga_store_sum_stays_exact_and_reset():
+    g_q, g_c = _row_grads()
+    for name in ("saga", "is_saga"):
+        est = _estimators(g_q, g_c)[name]
+        rng = np.random.default_rng(3)
+        start = est.h_sum.copy()
+        for _ in range(50):
+            rows = est.draw_rows(rng)
+            est.update(rows, g_q[rows] + rng.normal(size=(rows.size, 3)))
+        np.testing.assert_allclose(est.h_sum, est.h.sum(0), rtol=1e-10, atol=1e-10)
+        est.reset()
+        np.testing.assert_array_equal(est.h_sum, start)
+
+
+def test_estimator_bad_input():
+    with pytest.raises(ValueError, match="gradient estimator must be one of"):
+        ge.make_estimator("sgd", 10, 2)
+    with pytest.raises(ValueError, match="batch_size"):
+        ge.make_estimator("minibatch", 10, 0)
+    with pytest.raises(ValueError, match="weights"):
+        ge.make_estimator("is", 10, 2, weights=-np.ones(10))
+
+
+def test_langevin_update_factor_forms_agree():
+    rng = np.random.default_rng(4)
+    q, g, eps = rng.normal(size=(3, 4))
+    sd = np.array([0.5, 1.0, 2.0, 3.0])
+    a = sgld_kernel.langevin_update(q, g, 0.3, eps, sd)
+    b = sgld_kernel.langevin_update(q, g, 0.3, eps, np.diag(sd))
+    np.testing.assert_allclose(a, b, rtol=1e-14)
+    c = sgld_kernel.langevin_update(q, g, 0.3, eps)
+    np.testing.assert_allclose(c, q + 0.15 * g + math.sqrt(0.3) * eps)
+
+
+@pytest.mark.parametrize("h", [0.2, 1.0])
+def test_stated_discretisation_bias_is_what_the_update_gives(h):
+    """Unadjusted Langevin on N(0, 1) with exact gradients: stationary variance 1/(1-h/4)."""
+    rng = np.random.default_rng(5)
+    n, chains = 20000, 50
+    x = rng.normal(size=chains)
+    xs = np.empty((n, chains))
+    for t in range(n):
+        x = sgld_kernel.langevin_update(x, -x, h, rng.normal(size=chains))
+        xs[t] = x
+    var = xs[1000:].var()
+    rho = 1 - h / 2  # AR(1): the variance estimate's sd from the effective sample size
+    n_eff = (n - 1000) * chains * (1 - rho**2) / (1 + rho**2)
+    se = var * math.sqrt(2 / n_eff)
+    want = sgld_kernel.gaussian_variance_inflation(h)
+    assert abs(var - want) < 4 * se, (var, want, se)
+    assert abs(var - 1.0) > 4 * se or h < 0.3  # the bias is real at h = 1
+
+
+def test_step_size_schedules():
+    assert sgld_kernel.step_size_at(500, 0.2) == 0.2
+    h = [sgld_kernel.step_size_at(t, 0.2, "decreasing", t0=10, gamma=0.55) for t in (0, 10, 1000)]
+    assert h[0] == 0.2 and h[1] == pytest.approx(0.2 * 2**-0.55) and h[2] < h[1]
+
+
+# ====================================================================== the step
+
+
+@pytest.fixture(scope="module")
+def conj():
+    """Linear regression with known noise sd 1 and a N(0, 10^2) prior: exact Gaussian
+    posterior (mean, covariance)."""
+    rng = np.random.default_rng(11)
+    n, d = 4000, 3
+    X = rng.normal(size=(n, d))
+    y = X @ np.array([0.5, -1.0, 0.25]) + rng.normal(size=n)
+    prec = X.T @ X + np.eye(d) / 100.0
+    cov = np.linalg.inv(prec)
+    mean = cov @ (X.T @ y)
+    with pm.Model() as model:
+        b = pm.Normal("b", 0.0, 10.0, shape=d)
+        pm.Normal("y", pm.math.dot(X, b), 1.0, observed=y)
+    return model, mean, np.sqrt(np.diag(cov)), n
+
+
+def _check_moments(idata, mean, sd, *, var_ratio=1.0, extra=0.0):
+    """Means within 4 MCSE (+ ``extra`` sd) of ``mean``; sds within 4 MCSE (+ ``extra``)
+    of ``sd * sqrt(var_ratio)``. Returns the largest |z| of each."""
+    b = posterior(idata)["b"].values
+    zm, zs = [], []
+    for j in range(mean.size):
+        x = b[..., j]
+        zm.append((x.mean() - mean[j]) / (mcse_mean(x) + extra * sd[j]))
+        zs.append((x.std() - sd[j] * math.sqrt(var_ratio)) / (mcse_sd(x) + extra * sd[j]))
+    return float(np.max(np.abs(zm))), float(np.max(np.abs(zs)))
+
+
+def test_exact_gradients_give_the_stated_inflation_and_a_mutant_is_caught(conj, monkeypatch):
+    model, mean, sd, n = conj
+    kw = dict(draws=1500, tune=200, chains=2, seed=SEED)
+    with model:
+        step = pms.SGLD(gradient="minibatch", batch_size=n, step_size=1.0)
+    idata = run_sample(model, step, **kw)
+    infl = sgld_kernel.gaussian_variance_inflation(1.0)
+    assert step.variance_inflation() == infl
+    zm, zs = _check_moments(idata, mean, sd, var_ratio=infl)
+    assert zm < 4 and zs < 4, (zm, zs)
+    # the uncorrected posterior sd is off: the stated bias is real at h = 1
+    assert _check_moments(idata, mean, sd)[1] > 4
+
+    # mutant: El hanchi's N(0, 2 eps) noise read as N(0, 2 h)
+    def too_noisy(q, grad, h, eps, factor=None):
+        return sgld_kernel.langevin_update(q, grad, h, math.sqrt(2.0) * eps, factor)
+
+    monkeypatch.setattr("pymc_subsample.steps.sgld.langevin_update", too_noisy)
+    bad = run_sample(model, step, **kw)
+    assert _check_moments(bad, mean, sd, var_ratio=infl)[1] > 4
+
+
+@pytest.mark.parametrize("gradient", ["cv", "saga", "is_saga"])
+def test_variance_reduced_sgld_matches_the_posterior(conj, gradient):
+    model, mean, sd, n = conj
+    with model:
+        step = pms.SGLD(gradient=gradient)
+    idata = run_sample(model, step, draws=1000, tune=200, chains=2, seed=SEED)
+    noise = float(sample_stats(idata)["noise_ratio"].mean())
+    assert noise < 0.05
+    # tolerance: 4 MCSE plus the stated bias (inflation and gradient noise)
+    zm, zs = _check_moments(idata, mean, sd, var_ratio=step.variance_inflation(),
+                            extra=0.5 * noise)
+    assert zm < 4 and zs < 4, (gradient, zm, zs)
+    ss = sample_stats(idata)
+    assert np.all(ss["data_used"].values == 100 * step.steps_per_draw)
+    assert np.all(ss["accepted"].values == 1.0)
+
+
+def test_plain_minibatch_noise_is_flagged(conj):
+    model, mean, sd, n = conj
+    with model:
+        step = pms.SGLD(gradient="minibatch", batch_size=10, step_size=1.0)
+    idata = run_sample(model, step, draws=100, tune=100, chains=1, seed=SEED,
+                       keep_warning_stat=True)
+    assert float(sample_stats(idata)["noise_ratio"].mean()) > 0.1
+    assert sampler_warnings(idata, "gradient noise adds") != [[]]
+
+
+def test_same_seed_same_draws_cores_1_and_2(conj):
+    model, *_ = conj
+    with model:
+        step = pms.SGLD(gradient="saga", steps_per_draw=2)
+    runs = [run_sample(model, step, draws=60, tune=20, chains=2, seed=SEED, cores=c)
+            for c in (1, 2)]
+    a, b = (posterior(r)["b"].values for r in runs)
+    np.testing.assert_array_equal(a, b)
+    assert not np.array_equal(a[0], a[1])
+
+
+def test_settings_schedule_and_stats(conj):
+    model, *_ = conj
+    with model:
+        step = pms.SGLD(step_size=0.1, schedule="decreasing", schedule_t0=10, steps_per_draw=1)
+    idata = run_sample(model, step, draws=50, tune=20, chains=1, seed=SEED)
+    h = sample_stats(idata)["step_size"].values[0]
+    assert h[0] == pytest.approx(0.1) and np.all(np.diff(h) < 0)
+    assert h[-1] == pytest.approx(0.1 * (1 + 49 / 10) ** -0.55)
+    settings = pms.diagnostics.step_settings(idata)
+    assert settings["step_size"] == pytest.approx(0.1) and settings["batch_size"] == 100
+
+
+def test_bad_input_is_refused_clearly(conj):
+    model, *_ = conj
+    with model:
+        with pytest.raises(ValueError, match="gradient must be one of"):
+            pms.SGLD(gradient="sgd")
+        with pytest.raises(ValueError, match="step_size"):
+            pms.SGLD(step_size=-1.0)
+        with pytest.raises(ValueError, match="schedule"):
+            pms.SGLD(schedule="cosine")
+        with pytest.raises(TypeError, match="SGLD takes no proposal"):
+            pms.SGLD(proposal="langevin")
+        with pytest.raises(MemoryError, match="gradient='saga'.*gradient='cv'"):
+            pms.SGLD(gradient="saga", max_memory=1000)
+
+
+# ====================================================================== MH-corrected
+
+
+@pytest.mark.parametrize("gradient", ["cv", "saga", "is_saga"])
+def test_mh_corrected_langevin_with_estimators_is_exact_here(conj, gradient):
+    model, mean, sd, n = conj
+    with model:
+        step = pms.AustereMH(proposal=pms.proposals.Langevin(gradient=gradient,
+                                                              precondition=True))
+    idata = run_sample(model, step, draws=1500, tune=500, chains=2, seed=SEED)
+    b = posterior(idata)["b"].values
+    assert min(ess(b[..., j]) for j in range(b.shape[-1])) > 300  # MCSEs to trust
+    zm, zs = _check_moments(idata, mean, sd)
+    assert zm < 4 and zs < 4, (gradient, zm, zs)
+    used = sample_stats(idata)["data_used"].values
+    assert np.all(used >= 100)  # the proposal's minibatch counts
+    if gradient == "saga":  # the store moved with the chain
+        est = step._oracle.estimator
+        assert not np.allclose(est.h, est._h0)
+
+
+def test_mh_corrected_langevin_without_its_ratio_is_caught(conj, monkeypatch):
+    model, mean, sd, n = conj
+    from pymc_subsample.proposals import Langevin
+
+    draw = Langevin.draw
+
+    def no_ratio(self, q, rng):
+        q_new, _ = draw(self, q, rng)
+        return q_new, 0.0
+
+    monkeypatch.setattr(Langevin, "draw", no_ratio)
+    with model:
+        step = pms.AustereMH(proposal=pms.proposals.Langevin(gradient="cv", precondition=True,
+                                                              step_size=1.5, adapt=False))
+    idata = run_sample(model, step, draws=1500, tune=200, chains=2, seed=SEED)
+    assert _check_moments(idata, mean, sd)[1] > 4
+
+
+def test_langevin_estimator_needs_a_centre(conj):
+    model, *_ = conj
+    with model:
+        with pytest.raises(ValueError, match="needs a centre"):
+            pms.AustereMH(control_variate=0,
+                          proposal=pms.proposals.Langevin(gradient="cv"))
+        with pytest.raises(ValueError, match="gradient must be None or one of"):
+            pms.proposals.Langevin(gradient="fast")
