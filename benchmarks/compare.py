@@ -18,6 +18,8 @@ Methods (package defaults, as the README documents them):
 - ``ScalableMH(order=2, bounds="auto")`` -- exact, but ``bounds="auto"`` only knows GLMs
   with a fixed scale: on the Normal regressions with unknown ``sigma`` it raises a
   ``ValueError``, reported in the table as ``not applicable: ...``
+- ``SGLD()`` -- stochastic gradient Langevin with Taylor control variates (batch 100,
+  10 transitions per draw; approximate, no MH test)
 - ``pm.Metropolis()`` (PyMC's default: one component at a time for vector variables)
 - ``pm.NUTS()``
 
@@ -92,7 +94,7 @@ if str(REPO) not in sys.path:
 
 import models as M  # noqa: E402
 
-METHODS = ["AustereMH", "BarkerMinibatch", "ScalableMH", "Metropolis", "NUTS"]
+METHODS = ["AustereMH", "BarkerMinibatch", "ScalableMH", "SGLD", "Metropolis", "NUTS"]
 ALL = ["logistic-1e4", "logistic-1e5", "logistic-1e6", "robust", "hierarchical",
        "sblrc-blr", "kidiq", "earnings", "nes1980"]
 BUDGET = {  # (tune, draws) per chain
@@ -119,6 +121,8 @@ def make_step(method, model, adapt_cov=False):
             return pms.BarkerMinibatch(batch_size=100, delta=0.01, temperature=1.0, **extra)
         if method == "ScalableMH":
             return pms.ScalableMH(order=2, bounds="auto")
+        if method == "SGLD":
+            return pms.SGLD()
         if method == "Metropolis":
             return pm.Metropolis()
         if method == "NUTS":
