@@ -1,5 +1,5 @@
 """pymc-subsample demo: a logistic regression on 10^6 rows, sampled with the three
-subsampling steps and with PyMC's NUTS, side by side.
+subsampling MH steps, SGLD (approximate, no MH test) and PyMC's NUTS, side by side.
 
 Prints, per method: wall time (set-up included), bulk ESS (min over parameters) per
 second, mean rows read per step, R-hat, and the largest posterior-mean difference from
@@ -11,8 +11,8 @@ PyTensor's start-up cost in a process (reading its compile cache's index, paid o
 Python session by whatever compiles first) is paid before any timing and counted for no
 method: NUTS's figures, measured later in the same process, do not pay it either.
 
-Every method starts from the model's default initial point. The three subsampling steps
-run 2 chains x (1000 tune + 2000 draws); NUTS costs O(N) per gradient, so it gets a
+Every method starts from the model's default initial point. The four subsampling steps
+run 2 chains x (1000 tune + 2000 draws; SGLD takes 10 transitions per draw); NUTS costs O(N) per gradient, so it gets a
 wall-time budget: the cost of one full-data gradient is measured and the number of draws
 chosen to fit (printed). Run: python examples/demo.py [--quick]
 """
@@ -31,6 +31,7 @@ from pymc_subsample.datasets import make_logistic
 
 HERE = Path(__file__).resolve().parent
 D = 10
+STEPS = ("ScalableMH", "AustereMH", "BarkerMinibatch", "SGLD")
 
 
 def build_model(X, y):
@@ -147,6 +148,7 @@ def main():
         ("ScalableMH", lambda: pms.ScalableMH()),
         ("AustereMH", lambda: pms.AustereMH()),
         ("BarkerMinibatch", lambda: pms.BarkerMinibatch()),
+        ("SGLD", lambda: pms.SGLD()),
     ]:
         results[name] = run(name, model, make, budget=None, chains=chains, cores=cores,
                             fixed=fixed)
@@ -188,7 +190,7 @@ def main():
         f"gradient = {proj_rate:.3f} ESS/s",
         "ESS/s over NUTS's (wall times include each step's set-up):",
     ]
-    for name in ("ScalableMH", "AustereMH", "BarkerMinibatch"):
+    for name in STEPS:
         idata, wall = results[name]
         rate = convergence(idata)[0] / wall
         out.append(f"  {name:<16} {rate / proj_rate:>9,.0f}x projected NUTS  "
@@ -202,13 +204,13 @@ def main():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(2, 3, figsize=(15, 7))
-    for ax, name in zip(axes[0], ["ScalableMH", "AustereMH", "BarkerMinibatch"]):
+    fig, axes = plt.subplots(2, len(STEPS), figsize=(5 * len(STEPS), 7))
+    for ax, name in zip(axes[0], STEPS):
         post = get_group(results[name][0], "posterior")["beta"].values
         for c in range(post.shape[0]):
             ax.plot(post[c, :, 0], lw=0.6)
         ax.set_title(f"{name}: trace of beta[0]")
-    for ax, name in zip(axes[1], ["ScalableMH", "AustereMH", "BarkerMinibatch"]):
+    for ax, name in zip(axes[1], STEPS):
         plot_data_used(results[name][0], ax=ax, lw=0.6)
         ax.set_yscale("symlog")
         ax.set_title(f"{name}: rows read per step")

@@ -16,6 +16,8 @@ import pymc_subsample as pms
 from helpers import run_sample, sample_stats
 
 METHODS = ["ScalableMH", "AustereMH", "BarkerMinibatch"]
+#: with SGLD, which has no MH test (its progress columns differ)
+ALL_STEPS = METHODS + ["SGLD"]
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +56,7 @@ def test_progress_bar_columns_are_running_means_of_the_stats(name):
 
 
 @pytest.mark.parametrize("progressbar", [True, "split+stats"])
-@pytest.mark.parametrize("name", METHODS)
+@pytest.mark.parametrize("name", ALL_STEPS)
 def test_sampling_with_the_progress_bar_on(model, name, progressbar):
     """The hooks run inside ``pm.sample`` on PyMC 5 and 6, alone and in a CompoundStep."""
     with model:
@@ -82,7 +84,7 @@ def data_model():
     return m
 
 
-@pytest.mark.parametrize("name", METHODS)
+@pytest.mark.parametrize("name", ALL_STEPS)
 def test_set_data_after_construction_is_refused(data_model, name):
     """A step whose sums, bounds and Gaussian fit come from the data refuses to sample
     after ``pm.set_data`` changed it (same N, new values), naming the data; before the
@@ -154,7 +156,7 @@ def _chain(step, point, k=80, stop_at=40):
     return np.array(draws)
 
 
-@pytest.mark.parametrize("name", METHODS)
+@pytest.mark.parametrize("name", ALL_STEPS)
 def test_sampling_state_carries_the_tuning_state(model, name):
     """PyMC's ``sampling_state`` holds the step's whole chain state: a freshly built step
     given the state of one tuned for 150 steps continues that chain draw for draw (through
@@ -192,10 +194,12 @@ EXPECTED_SETTINGS = {
                          "batch_increment": 50, "control_variate": 2, "steps_per_draw": 3}),
     "ScalableMH": ({"order": 1, "truncation": 500.0},
                    {"order": 1, "truncation": 500.0, "steps_per_draw": 1}),
+    "SGLD": ({"step_size": 0.1, "batch_size": 50},
+             {"step_size": 0.1, "batch_size": 50, "steps_per_draw": 1}),
 }
 
 
-@pytest.mark.parametrize("name", METHODS)
+@pytest.mark.parametrize("name", ALL_STEPS)
 def test_settings_are_recorded_with_the_draws(model, name):
     """``idata = pm.sample(step=...)`` keeps the step's settings: constant ``setting_*``
     sample stats (PyMC gives steps no hook into ``sample_stats.attrs``), read back by

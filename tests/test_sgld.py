@@ -244,6 +244,36 @@ def test_same_seed_same_draws_cores_1_and_2(conj):
     assert not np.array_equal(a[0], a[1])
 
 
+def test_sampling_state_carries_the_saga_store(conj):
+    """PyMC's ``sampling_state`` holds SAGA's store: a fresh step given the state of one
+    that ran 100 draws continues its chain draw for draw; without the store it does not."""
+    model, *_ = conj
+    with model:
+        step, fresh, other = (pms.SGLD(gradient="saga", steps_per_draw=1) for _ in range(3))
+    step.set_rng(np.random.default_rng(1))
+    point = model.initial_point()
+    for _ in range(100):
+        point, _ = step.step(point)
+    state = step.sampling_state
+
+    def chain(s, p):
+        out = []
+        for _ in range(20):
+            p, _ = s.step(p)
+            out.append(p["b"])
+        return np.array(out)
+
+    want = chain(step, dict(point))
+    fresh.set_rng(np.random.default_rng(5))
+    fresh.sampling_state = state
+    np.testing.assert_array_equal(chain(fresh, dict(point)), want)
+    other.set_rng(np.random.default_rng(5))
+    st = other.sampling_state
+    st.rng, st.proposal_state = state.rng, state.proposal_state  # all but the chain state
+    other.sampling_state = st
+    assert not np.array_equal(chain(other, dict(point)), want)
+
+
 def test_settings_schedule_and_stats(conj):
     model, *_ = conj
     with model:

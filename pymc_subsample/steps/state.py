@@ -140,7 +140,23 @@ class ChainState:
     """
 
     #: per-chain attributes of :attr:`chain_state` (what ``_reset_chain`` re-creates)
-    CHAIN_ATTRS: tuple[str, ...] = ("_warned", "_pending", "_start_pending")
+    CHAIN_ATTRS: tuple[str, ...] = ("_warned", "_pending", "_start_pending",
+                                    "_estimator_state")
+
+    @property
+    def _estimator_state(self):
+        """The per-chain state of a stateful gradient estimator (SAGA's store and its sum;
+        :class:`~pymc_subsample.steps.gradients.GradientOracle`), or None."""
+        oracle = getattr(self, "_oracle", None)
+        if oracle is None or not oracle.estimator.stateful:
+            return None
+        return {"h": oracle.estimator.h, "h_sum": oracle.estimator.h_sum}
+
+    @_estimator_state.setter
+    def _estimator_state(self, state) -> None:
+        if state is not None:
+            est = self._oracle.estimator
+            est.h, est.h_sum = state["h"].copy(), state["h_sum"].copy()
 
     @property
     def proposal_state(self) -> dict:
