@@ -11,7 +11,10 @@ Runs, each 2 chains of 500 tuning + 2,000 kept draws (``steps_per_draw`` 10 by d
   covariance's units) at both N;
 * at N = 10^5 also each other estimator with the same defaults: ``saga``, ``is_saga``,
   ``is`` and ``minibatch`` (the last two show El hanchi's failure of plain SGLD: their
-  noise ratio is far above 1 and the spread far too wide).
+  noise ratio is far above 1 and the spread far too wide);
+* ``mh-cv`` at both N: the MH-corrected variant, ``AustereMH(proposal=Langevin(
+  gradient="cv", precondition=True))`` (one draw per transition; exact up to the
+  Austerity test's error), to show what the correction costs.
 
 Printed per run: largest |mean error| in reference sds and the smallest and largest sd
 ratio (draws / reference), the stated bias (sd ratio ``sqrt(1 / (1 - h/4))`` from the
@@ -44,17 +47,27 @@ if str(HERE.parent) not in sys.path:
 import models as M  # noqa: E402
 
 
+def make_step(gradient):
+    """``pms.SGLD(gradient=...)``; ``"mh-<estimator>"``: the MH-corrected variant,
+    AustereMH with a preconditioned ``Langevin(gradient=<estimator>)`` proposal."""
+    import pymc_subsample as pms
+
+    if gradient.startswith("mh-"):
+        return pms.AustereMH(proposal=pms.proposals.Langevin(gradient=gradient[3:],
+                                                              precondition=True))
+    return pms.SGLD(gradient=gradient)
+
+
 def run(name, gradient, *, tune, draws, seed=1):
     import pymc as pm
 
-    import pymc_subsample as pms
     from pymc_subsample.diagnostics import convergence, get_group, posterior_moments
 
     model, ref = M.build(name)
     t0 = time.perf_counter()
     with model, warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        step = pms.SGLD(gradient=gradient)
+        step = make_step(gradient)
     setup = time.perf_counter() - t0
     t1 = time.perf_counter()
     with model, warnings.catch_warnings():
@@ -69,11 +82,13 @@ def run(name, gradient, *, tune, draws, seed=1):
     ratio = sd / ref.sd[idx]
     stats = get_group(idata, "sample_stats")
     rows_draw = float(stats["data_used"].mean())
+    sgld = not gradient.startswith("mh-")
     return {
-        "model": name, "gradient": gradient, "N": ref.n_rows, "h": step.step_size,
-        "stated sd ratio": math.sqrt(step.variance_inflation()),
+        "model": name, "gradient": gradient, "N": ref.n_rows,
+        "stated sd ratio": math.sqrt(step.variance_inflation()) if sgld else 1.0,
         "max err/sd": float(err.max()), "sd ratio min": float(ratio.min()),
-        "sd ratio max": float(ratio.max()), "noise": float(stats["noise_ratio"].mean()),
+        "sd ratio max": float(ratio.max()),
+        "noise": float(stats["noise_ratio"].mean()) if sgld else math.nan,
         "rows/transition": rows_draw / step.steps_per_draw, "rows/draw": rows_draw,
         "setup s": setup, "sample s": wall, "ESS": ess, "ESS/s": ess / wall, "R-hat": rhat,
     }
@@ -87,8 +102,9 @@ def main(argv=None):
     if args.quick:
         plan = [("logistic-1e5", g) for g in ("cv", "minibatch")]
     else:
-        plan = ([("logistic-1e5", g) for g in ("cv", "saga", "is_saga", "is", "minibatch")]
-                + [("logistic-1e6", "cv")])
+        plan = ([("logistic-1e5", g) for g in ("cv", "saga", "is_saga", "is", "minibatch",
+                                                "mh-cv")]
+                + [("logistic-1e6", "cv"), ("logistic-1e6", "mh-cv")])
     t_all = time.perf_counter()
     rows = []
     for name, gradient in plan:

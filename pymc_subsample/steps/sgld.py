@@ -144,8 +144,9 @@ class SGLD(SubsampleStep):
 
     Sample stats per draw: ``accepted`` and ``accept`` (1.0: every move is kept; 0.0 for a
     transition that stayed because a gradient was not finite), ``data_used`` (rows read,
-    summed over the draw's transitions), ``n_batches``, ``scaling`` and ``step_size`` (the
-    last transition's ``h``), ``noise_ratio`` (largest of the draw's transitions) and
+    summed over the draw's transitions), ``n_batches``, ``step_size`` (the largest ``h`` of
+    the draw's transitions; ``scaling``: the next transition's), ``noise_ratio`` (the
+    largest of the draw's transitions) and
     ``warning``; settings ``setting_batch_size``, ``setting_step_size`` (``h`` at the
     start) and ``setting_steps_per_draw``.
     """
