@@ -75,6 +75,26 @@ def test_estimators_unbiased_and_spread_is_their_covariance(name):
     assert abs(var_hat.mean() / emp - 1) < 0.12, (name, var_hat.mean(), emp)
 
 
+def test_averaged_covariance_gives_the_largest_eigenvalue():
+    """The noise check's lambda_max: of the running average of the batches' covariance
+    estimates it matches the estimator's exact covariance; one batch's overshoots."""
+    rng = np.random.default_rng(6)
+    n, d = 2000, 4
+    g = rng.normal(size=(n, d)) * rng.standard_t(2, size=(n, 1))  # a few rows dominate
+    est = ge.make_estimator("minibatch", n, 50)
+    fpc = (n - 50) / n
+    exact = ge.largest_eigenvalue(n**2 * np.cov(g.T) * (n - 1) / n / 50 * fpc * n / (n - 1))
+    avg = sgld_kernel.NoiseAverage(window=10**6)
+    single = []
+    for _ in range(3000):
+        rows = est.draw_rows(rng)
+        c = est.estimate(rows, g[rows]).whitened_covariance()
+        avg.add(c)
+        single.append(ge.largest_eigenvalue(c))
+    assert abs(ge.largest_eigenvalue(avg.cov) / exact - 1) < 0.1
+    assert np.mean(single) > 1.1 * exact
+
+
 def test_estimator_variances_order():
     g_q, g_c = _row_grads()
     ests = _estimators(g_q, g_c)

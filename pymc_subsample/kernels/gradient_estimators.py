@@ -40,7 +40,8 @@ with ``g_i(q) = grad log p(x_i | q)``:
   squared error; see :func:`~pymc_subsample.kernels.control_variates.importance_weights`).
 
 Covariance. With replacement the terms are i.i.d. and ``Var(G_hat) = Var(z) / m``;
-without replacement the finite-population factor ``(N - m) / (N - 1)`` multiplies it.
+without replacement the finite-population factor ``(N - m) / N`` multiplies the sample
+variance (``ddof=1``) over ``m``.
 :class:`Estimate` carries ``spread``, an ``(m, d)`` matrix with ``spread' spread`` the
 unbiased estimate of ``Var(G_hat)``.
 """
@@ -64,6 +65,7 @@ __all__ = [
     "ImportanceEstimator",
     "ImportanceSagaEstimator",
     "make_estimator",
+    "largest_eigenvalue",
     "saga_bytes",
 ]
 
@@ -84,27 +86,34 @@ class Estimate:
     grad: np.ndarray
     spread: np.ndarray
 
-    def whitened_variance(self, factor=None) -> float:
-        """Largest eigenvalue of ``F' Var(G_hat) F`` (``F`` a ``(d, d)`` matrix, or a
-        ``(d,)`` vector of per-dimension scales, or None for the identity): the variance of
-        the estimate along its worst direction, in the units of a preconditioner
-        ``M = F F'``."""
+    def whitened_covariance(self, factor=None) -> np.ndarray:
+        """``F' Var_hat(G_hat) F``, ``(d, d)``: the covariance estimate in the units of a
+        preconditioner ``M = F F'`` (``factor``: ``F`` as a ``(d, d)`` matrix, a ``(d,)``
+        vector of per-dimension scales, or None for the identity)."""
         s = self.spread
         if factor is not None:
             s = s * factor if np.ndim(factor) == 1 else s @ factor
-        if s.shape[0] < 2 or not np.any(s):
-            return 0.0
-        if s.shape[1] == 1:
-            return float(s[:, 0] @ s[:, 0])
-        # the largest singular value squared (d small: the Gram matrix of the smaller side)
-        gram = s.T @ s if s.shape[1] <= s.shape[0] else s @ s.T
-        return float(np.linalg.eigvalsh(gram)[-1])
+        return s.T @ s
+
+
+def largest_eigenvalue(cov) -> float:
+    """Largest eigenvalue of a symmetric ``(d, d)`` matrix (0.0 for an empty one).
+
+    The largest eigenvalue of *one* batch's covariance estimate is biased upwards (the
+    top sample eigenvalue of a noisy matrix overshoots: near the trace when a few rows
+    dominate the noise); take it of an average of many batches' estimates, as
+    :class:`~pymc_subsample.SGLD` does for its ``noise_ratio``."""
+    cov = np.asarray(cov, dtype=np.float64)
+    if cov.size == 0 or not np.any(cov):
+        return 0.0
+    return float(np.linalg.eigvalsh(cov)[-1])
 
 
 def _spread(z: np.ndarray, fpc: float) -> np.ndarray:
     """``(z - mean) sqrt(fpc / (m (m - 1)))``: its Gram matrix is the unbiased estimate of
-    the covariance of the mean of the ``m`` terms ``z`` (``fpc`` the finite-population
-    factor)."""
+    the covariance of the mean of the ``m`` terms ``z`` (``fpc``: 1 for i.i.d. terms,
+    ``(N - m) / N`` for rows drawn without replacement, Cochran 1977, "Sampling
+    techniques", Theorem 2.4)."""
     m = z.shape[0]
     if m < 2 or fpc <= 0.0:
         return np.zeros((0, z.shape[1]))
@@ -149,7 +158,7 @@ class GradientEstimator:
         self.n_rows, m = _check_rows_batch(n_rows, batch_size)
         self.batch_size = m if self.with_replacement else min(m, self.n_rows)
         self._all = self.batch_size == self.n_rows and not self.with_replacement
-        self._fpc = (self.n_rows - self.batch_size) / max(self.n_rows - 1, 1)
+        self._fpc = (self.n_rows - self.batch_size) / self.n_rows
 
     def reset(self) -> None:
         """Restore the per-chain state (stateless estimators: nothing)."""

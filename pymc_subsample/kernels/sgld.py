@@ -37,6 +37,7 @@ __all__ = [
     "step_size_at",
     "gaussian_variance_inflation",
     "noise_ratio",
+    "NoiseAverage",
 ]
 
 #: step-size schedules
@@ -77,6 +78,32 @@ def gaussian_variance_inflation(h: float) -> float:
 def noise_ratio(h: float, whitened_variance: float) -> float:
     """Welling & Teh's ``alpha = (h / 4) lambda_max(F' Var(g_hat) F)``: the variance the
     gradient noise adds to an update, relative to the injected ``h``, along the worst
-    direction (``whitened_variance`` from
-    :meth:`~pymc_subsample.kernels.gradient_estimators.Estimate.whitened_variance`)."""
+    direction (``whitened_variance``: that largest eigenvalue, e.g.
+    :func:`~pymc_subsample.kernels.gradient_estimators.largest_eigenvalue` of an average
+    of :meth:`~pymc_subsample.kernels.gradient_estimators.Estimate.whitened_covariance`)."""
     return 0.25 * h * whitened_variance
+
+
+class NoiseAverage:
+    """Running average of the estimator's whitened covariance estimates, per chain.
+
+    One batch's covariance estimate is too noisy for its largest eigenvalue (biased
+    upwards, see :func:`~pymc_subsample.kernels.gradient_estimators.largest_eigenvalue`);
+    the average over the last ``window`` or so transitions (an exponential window, the
+    plain mean until ``window`` are in) is not.
+    """
+
+    def __init__(self, window: int = 200):
+        self.window = int(window)
+        self.reset()
+
+    def reset(self) -> None:
+        self.n = 0
+        self.cov = None
+
+    def add(self, cov: np.ndarray) -> np.ndarray:
+        """Fold in one estimate; returns the current average."""
+        self.n += 1
+        w = 1.0 / min(self.n, self.window)
+        self.cov = cov.copy() if self.cov is None else (1.0 - w) * self.cov + w * cov
+        return self.cov

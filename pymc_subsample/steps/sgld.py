@@ -10,9 +10,10 @@ import numpy as np
 from pymc.stats.convergence import WarningType
 
 from ..center import center_at, find_center, parse_point
-from ..kernels.gradient_estimators import ESTIMATORS
+from ..kernels.gradient_estimators import ESTIMATORS, largest_eigenvalue
 from ..kernels.sgld import (
     SCHEDULES,
+    NoiseAverage,
     gaussian_variance_inflation,
     langevin_update,
     noise_ratio,
@@ -135,8 +136,9 @@ class SGLD(SubsampleStep):
       to the mean.
     - *Gradient noise.* The estimate's error adds ``(h/2)^2 Var(g_hat)`` to the variance
       ``h M`` the update injects. The ``noise_ratio`` stat is Welling & Teh's ``alpha =
-      (h / 4) lambda_max(F' Var(g_hat) F)``, estimated from each batch: the relative excess
-      variance along the worst direction. The step warns when its chain mean exceeds
+      (h / 4) lambda_max(F' Var(g_hat) F)``, the relative excess variance along the worst
+      direction, with ``Var(g_hat)`` estimated from the batches' spread, averaged over the
+      last 200 transitions of the chain. The step warns when its chain mean exceeds
       0.1. With control variates it is of order ``h d / m`` at posterior scale; with the
       plain minibatch estimator it grows with ``N`` (El hanchi's failure of SGLD).
 
@@ -163,7 +165,7 @@ class SGLD(SubsampleStep):
         ("data_used", "pms_rows", "Rows/draw", "{:,.0f}"),
         ("noise_ratio", "pms_noise", "Noise ratio", "{:.3f}"),
     )
-    CHAIN_ATTRS = SubsampleStep.CHAIN_ATTRS + ("_noise_sum", "_noise_n")
+    CHAIN_ATTRS = SubsampleStep.CHAIN_ATTRS + ("_noise_sum", "_noise_n", "_noise_avg")
     #: default ``h`` in the Laplace covariance's units
     DEFAULT_STEP = 0.2
     #: warn when the chain's mean ``noise_ratio`` exceeds this
@@ -290,6 +292,7 @@ class SGLD(SubsampleStep):
 
     def _reset_chain(self):
         super()._reset_chain()  # the gradient estimator's store too
+        self._noise_avg = NoiseAverage()
         self._noise_sum, self._noise_n = 0.0, 0
         msg = getattr(self, "_setup_warning", None)
         if msg:
@@ -322,8 +325,8 @@ class SGLD(SubsampleStep):
         eps = self.rng.standard_normal(self.ndim)
         q_new = langevin_update(q, g, h, eps, self._factor)
         self._oracle.update(q)
-        ratio = noise_ratio(h, self._oracle.last.whitened_variance(self._factor)) * (
-            self.loglik_weight**2)
+        cov = self._noise_avg.add(self._oracle.last.whitened_covariance(self._factor))
+        ratio = noise_ratio(h, largest_eigenvalue(cov)) * self.loglik_weight**2
         stats.update(accepted=1.0, accept=1.0, noise_ratio=ratio)
         if not self.tune:
             self.proposal.t += 1
