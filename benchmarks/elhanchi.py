@@ -610,7 +610,7 @@ def main():
     ap.add_argument("--quick", action="store_true",
                     help="6,000 transitions per chain, 4 step sizes (about 2-3 minutes)")
     ap.add_argument("--draws", type=int, default=None,
-                    help="transitions per stochastic-gradient chain (default 40,000; quick 6,000)")
+                    help="transitions per stochastic-gradient chain (default 50,000; quick 6,000)")
     ap.add_argument("--out", default=str(OUT), help="directory for the figures and the CSV")
     args = ap.parse_args()
     import logging
