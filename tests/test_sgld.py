@@ -118,13 +118,14 @@ def test_saga_store_sum_stays_exact_and_reset():
     for name in ("saga", "is_saga"):
         est = _estimators(g_q, g_c)[name]
         rng = np.random.default_rng(3)
-        start = est.h_sum.copy()
+        store = est.store
+        start = store.total.copy()
         for _ in range(50):
             rows = est.draw_rows(rng)
             est.update(rows, g_q[rows] + rng.normal(size=(rows.size, 3)))
-        np.testing.assert_allclose(est.h_sum, est.h.sum(0), rtol=1e-10, atol=1e-10)
+        np.testing.assert_allclose(store.total, store.h.sum(0), rtol=1e-10, atol=1e-10)
         est.reset()
-        np.testing.assert_array_equal(est.h_sum, start)
+        np.testing.assert_array_equal(store.total, start)
 
 
 def test_estimator_bad_input():
@@ -338,8 +339,8 @@ def test_mh_corrected_langevin_with_estimators_is_exact_here(conj, gradient):
     used = sample_stats(idata)["data_used"].values
     assert np.all(used >= 100)  # the proposal's minibatch counts
     if gradient == "saga":  # the store moved with the chain
-        est = step._oracle.estimator
-        assert not np.allclose(est.h, est._h0)
+        store = step._oracle.estimator.store
+        assert not np.allclose(store.h, store._h0)
 
 
 def test_mh_corrected_langevin_without_its_ratio_is_caught(conj, monkeypatch):

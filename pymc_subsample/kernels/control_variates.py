@@ -159,7 +159,9 @@ def _var(x: np.ndarray) -> float:
 
 
 class StoredGradients:
-    """SAGA-style stored per-row gradients as a control variate for the MH test.
+    """SAGA-style stored per-row gradients: the control variate of the MH tests, and the
+    store of the SAGA gradient estimators
+    (:mod:`pymc_subsample.kernels.gradient_estimators`).
 
     El hanchi (2019, Sec. 4-5) stores, for every row, the gradient ``h_i`` last evaluated
     for it (SAGA, Defazio, Bach & Lacoste-Julien 2014) and keeps their sum ``S`` exact.
@@ -196,7 +198,13 @@ class StoredGradients:
         return l - self.h[rows] @ (q_prop - q)
 
     def update(self, rows: np.ndarray, grads: np.ndarray) -> None:
-        """Store the new gradients of ``rows`` (unique) and keep the sum exact."""
+        """Store the new gradients of ``rows`` and keep the sum exact (a row drawn more
+        than once, with replacement, keeps its first value)."""
+        rows = np.asarray(rows, dtype=np.int64)
+        grads = np.asarray(grads, dtype=np.float64)
+        unique, first = np.unique(rows, return_index=True)
+        if unique.size != rows.size:
+            rows, grads = unique, grads[first]
         self.total += (grads - self.h[rows]).sum(axis=0)
         self.h[rows] = grads
 

@@ -54,6 +54,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .alias import AliasTable
+from .control_variates import StoredGradients
 
 __all__ = [
     "ESTIMATORS",
@@ -225,34 +226,28 @@ def saga_bytes(n_rows: int, ndim: int) -> int:
     return 2 * 8 * int(n_rows) * int(ndim)
 
 
-class _StoredGradients:
-    """SAGA's store ``h_i`` and its exact sum (shared by ``saga`` and ``is_saga``)."""
+class _WithStore:
+    """A SAGA store (:class:`~pymc_subsample.kernels.control_variates.StoredGradients`,
+    the same class as the MH tests' SAGA control variate) as per-chain state."""
 
     stateful = True
 
     def _init_store(self, grads0):
-        self._h0 = np.ascontiguousarray(grads0, dtype=np.float64)
-        if self._h0.shape[0] != self.n_rows:
-            raise ValueError(f"the starting gradients have {self._h0.shape[0]} rows, expected {self.n_rows}.")
-        self.reset()
+        grads0 = np.asarray(grads0, dtype=np.float64)
+        if grads0.ndim != 2 or grads0.shape[0] != self.n_rows:
+            raise ValueError(f"the starting gradients must have shape (N={self.n_rows}, d), "
+                             f"got {grads0.shape}.")
+        self.store = StoredGradients(grads0)
 
     def reset(self) -> None:
-        self.h = self._h0.copy()
-        self.h_sum = self.h.sum(axis=0)
+        self.store.reset()
 
     def update(self, rows, grads) -> None:
-        """Store ``grads`` for ``rows`` (duplicates, from sampling with replacement, keep
-        one value) and keep the sum exact."""
-        rows = np.asarray(rows, dtype=np.int64)
-        grads = np.asarray(grads, dtype=np.float64)
-        if self.with_replacement:
-            rows, first = np.unique(rows, return_index=True)
-            grads = grads[first]
-        self.h_sum += (grads - self.h[rows]).sum(axis=0)
-        self.h[rows] = grads
+        """Store ``grads`` for ``rows`` and keep the sum exact."""
+        self.store.update(rows, grads)
 
 
-class SagaEstimator(_StoredGradients, GradientEstimator):
+class SagaEstimator(_WithStore, GradientEstimator):
     """SAGA: ``sum_j h_j + N / m sum_{i in S} (g_i(q) - h_i)``, then ``h_i <- g_i`` for the
     rows read (El hanchi 2019, Sec. 4.3).
 
@@ -269,7 +264,7 @@ class SagaEstimator(_StoredGradients, GradientEstimator):
         self._init_store(grads0)
 
     def terms(self, rows, grads, grads_center=None):
-        return self.h_sum, self.n_rows * (grads - self.h[rows])
+        return self.store.total, self.n_rows * (grads - self.store.h[rows])
 
 
 class ImportanceEstimator(GradientEstimator):
@@ -312,7 +307,7 @@ class ImportanceEstimator(GradientEstimator):
         return 0.0, grads / self.p[rows][:, None]
 
 
-class ImportanceSagaEstimator(_StoredGradients, ImportanceEstimator):
+class ImportanceSagaEstimator(_WithStore, ImportanceEstimator):
     """Importance sampling and SAGA: ``sum_j h_j + 1/m sum_k (g_{i_k}(q) - h_{i_k}) /
     p_{i_k}`` (El hanchi 2019, Sec. 4.3 and 5.2.2).
 
@@ -331,7 +326,7 @@ class ImportanceSagaEstimator(_StoredGradients, ImportanceEstimator):
         self._init_store(grads0)
 
     def terms(self, rows, grads, grads_center=None):
-        return self.h_sum, (grads - self.h[rows]) / self.p[rows][:, None]
+        return self.store.total, (grads - self.store.h[rows]) / self.p[rows][:, None]
 
 
 #: the estimators by name

@@ -150,13 +150,14 @@ class ChainState:
         oracle = getattr(self, "_oracle", None)
         if oracle is None or not oracle.estimator.stateful:
             return None
-        return {"h": oracle.estimator.h, "h_sum": oracle.estimator.h_sum}
+        store = oracle.estimator.store
+        return {"h": store.h, "total": store.total}
 
     @_estimator_state.setter
     def _estimator_state(self, state) -> None:
         if state is not None:
-            est = self._oracle.estimator
-            est.h, est.h_sum = state["h"].copy(), state["h_sum"].copy()
+            store = self._oracle.estimator.store
+            store.h, store.total = state["h"].copy(), state["total"].copy()
 
     @property
     def proposal_state(self) -> dict:
