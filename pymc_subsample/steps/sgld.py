@@ -213,8 +213,6 @@ class SGLD(SubsampleStep):
         if isinstance(defensive, bool) or not isinstance(defensive, numbers.Real) or not (
                 0 <= defensive <= 1):
             raise ValueError(f"defensive must be a share in [0, 1], got {defensive!r}.")
-        if gradient in ("is", "is_saga") and defensive == 0:
-            pass  # allowed: the weights' floor keeps every row reachable
         self.gradient = gradient
         self._batch_arg = batch_size
         self._user_step = None if step_size is None else float(step_size)
