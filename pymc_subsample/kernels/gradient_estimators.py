@@ -49,6 +49,7 @@ unbiased estimate of ``Var(G_hat)``.
 from __future__ import annotations
 
 import math
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
 import numpy as np
@@ -129,8 +130,9 @@ def _check_rows_batch(n_rows, batch_size):
     return int(n_rows), int(batch_size)
 
 
-class GradientEstimator:
-    """Base class: uniform rows without replacement; subclasses combine them.
+class GradientEstimator(ABC):
+    """Base class: uniform rows without replacement; subclasses combine them
+    (:meth:`terms`).
 
     Parameters
     ----------
@@ -172,9 +174,9 @@ class GradientEstimator:
         rows.sort()
         return rows.astype(np.int64, copy=False)
 
+    @abstractmethod
     def terms(self, rows, grads, grads_center=None) -> tuple[np.ndarray, np.ndarray]:
         """``(A, z)``: the constant and the ``(m, d)`` terms (see the module docs)."""
-        raise NotImplementedError
 
     def estimate(self, rows, grads, grads_center=None) -> Estimate:
         """Combine the rows' gradients ``grads`` ``(m, d)`` at ``q`` (and, when

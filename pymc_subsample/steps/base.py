@@ -27,6 +27,7 @@ from pymc.step_methods.compound import Competence
 from pymc.util import get_value_vars_from_user_vars
 
 from .. import _memmap
+from ..center import center_at, find_center, parse_point
 from ..engine import LikelihoodEngine
 from ..proposals import as_proposal
 from .gradients import GradientOracle, build_estimator
@@ -233,6 +234,21 @@ class SubsampleStep(ChainState, ArrayStepShared):
         grad_fn = (self._proposal_grad_fn()
                    if getattr(self.proposal, "estimator_name", None) else self._minibatch_grad)
         self.proposal.setup(self.ndim, scaling=scaling, grad_fn=grad_fn, n_total=self.n_rows)
+
+    def _locate_center(self, what: str, advice: str):
+        """The centre: ``center=`` as given (``self._center_arg``), else the posterior mode
+        by :func:`~pymc_subsample.center.find_center`. A search that did not converge
+        leaves a warning for every chain (``_setup_warning``), naming ``what`` the centre
+        is for and giving ``advice``."""
+        eng = self.engine
+        if self._center_arg is not None:
+            return center_at(eng, parse_point(self._center_arg, eng, "center"))
+        center = find_center(eng)
+        if not center.converged:
+            self._setup_warning = (
+                f"the search for the posterior mode ({what}) did not converge; {advice}"
+            )
+        return center
 
     def _minibatch_grad(self, q, rows):
         """Unbiased estimate of the log-posterior gradient from ``rows`` (Langevin proposals)."""

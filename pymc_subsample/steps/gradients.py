@@ -16,7 +16,7 @@ import os
 import numpy as np
 
 from ..kernels.control_variates import importance_weights
-from ..kernels.gradient_estimators import ESTIMATORS, make_estimator, saga_bytes
+from ..kernels.gradient_estimators import make_estimator, saga_bytes
 
 __all__ = ["GradientOracle", "build_estimator"]
 
@@ -38,17 +38,14 @@ def _available_memory() -> float:
 
 def build_estimator(step, name: str, batch_size: int, *, defensive: float = 0.1,
                     max_memory=None):
-    """The gradient estimator ``name`` for a step with an engine and a centre
+    """The gradient estimator ``name`` (validated by the caller: ``SGLD`` or ``Langevin``)
+    for a step with an engine and a centre
     (``step.center``; None is allowed only for ``"minibatch"``): the set-up passes it
     needs (per-row gradients at the centre for SAGA, importance weights) run here.
 
     SAGA's store is refused, before anything is allocated, when it would exceed
     ``max_memory`` bytes (default: half the memory available now, at most 4 GiB).
     """
-    if name not in ESTIMATORS:
-        raise ValueError(
-            f"gradient must be one of {sorted(ESTIMATORS)} (the gradient estimator), got {name!r}."
-        )
     eng = step.engine
     n, d = eng.n_rows, eng.ndim
     if name in ("saga", "is_saga"):

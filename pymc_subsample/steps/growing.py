@@ -18,7 +18,7 @@ from abc import abstractmethod
 import numpy as np
 from pymc.stats.convergence import WarningType
 
-from ..center import center_at, find_center, parse_point
+from ..center import center_at
 from ..kernels.control_variates import (
     ORDERS,
     StoredGradients,
@@ -202,16 +202,11 @@ class GrowingBatchStep(SubsampleStep):
             self.engine.compile("ll_diff")  # the per-step function, compiled before forking
             return super()._setup_proposal(scaling)
         eng = self.engine
-        if self._center_arg is None:
-            self.center = find_center(eng)
-            if not self.center.converged:
-                self._setup_warning = (
-                    "the search for the posterior mode (the control variates' centre) did not "
-                    "converge; the control variates may not reduce the variance. Pass center= "
-                    "(e.g. from pm.find_MAP) or set recenter=True."
-                )
-        else:
-            self.center = center_at(eng, parse_point(self._center_arg, eng, "center"))
+        self.center = self._locate_center(
+            "the control variates' centre",
+            "the control variates may not reduce the variance. Pass center= (e.g. from "
+            "pm.find_MAP) or set recenter=True.",
+        )
         self.proxy = self.center.proxy(self.cv) if self.cv in (1, 2) else None
         self._vmap = None
         if self.cv in (1, 2) and self.sampling == "uniform":
@@ -280,9 +275,6 @@ class GrowingBatchStep(SubsampleStep):
         if self.cv_order:  # a re-centred chain must not hand its centre to the next one
             self.center, self.proxy = self._center0, self._proxy0
             self._mean_n, self._mean_q, self._rows_tuning = 0, np.zeros(self.ndim), 0
-        msg = getattr(self, "_setup_warning", None)
-        if msg:
-            self.warn_once("center", msg)
 
     #: warn when the tuning mean lies more than this many Laplace sds from its mean
     LAPLACE_WARN_SD = 3.0

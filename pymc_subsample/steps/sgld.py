@@ -9,7 +9,6 @@ import numbers
 import numpy as np
 from pymc.stats.convergence import WarningType
 
-from ..center import center_at, find_center, parse_point
 from ..kernels.gradient_estimators import ESTIMATORS, largest_eigenvalue
 from ..kernels.sgld import (
     SCHEDULES,
@@ -248,15 +247,10 @@ class SGLD(SubsampleStep):
                     "centre's sums would go stale. Add them to vars=, or use "
                     "gradient='minibatch'."
                 )
-            if self._center_arg is None:
-                self.center = find_center(eng)
-                if not self.center.converged:
-                    self._setup_warning = (
-                        "the search for the posterior mode (the centre of the control variates "
-                        "and of the Laplace preconditioner) did not converge; pass center=."
-                    )
-            else:
-                self.center = center_at(eng, parse_point(self._center_arg, eng, "center"))
+            self.center = self._locate_center(
+                "the centre of the control variates and of the Laplace preconditioner",
+                "pass center=.",
+            )
             mean, cov = self.center.laplace(self.loglik_weight)
             self._set_laplace(mean, cov)
         self._factor = self._laplace_chol if self.precondition else None
@@ -292,9 +286,6 @@ class SGLD(SubsampleStep):
         super()._reset_chain()  # the gradient estimator's store too
         self._noise_avg = NoiseAverage()
         self._noise_sum, self._noise_n = 0.0, 0
-        msg = getattr(self, "_setup_warning", None)
-        if msg:
-            self.warn_once("center", msg)
 
     def stop_tuning(self):
         """End of tuning: the noise check starts again on the kept draws (its warning,
@@ -304,8 +295,10 @@ class SGLD(SubsampleStep):
         self._warned.discard("noise")
 
     # ------------------------------------------------------------------ the step
-    def _decide(self, q, q_prop, log_prior_ratio, log_qratio):  # pragma: no cover
-        raise NotImplementedError("SGLD keeps every move: it has no accept/reject test.")
+    def _decide(self, q, q_prop, log_prior_ratio, log_qratio):
+        """SGLD's "test": every move is kept (no Metropolis-Hastings correction, no data
+        read). :meth:`_transition` makes the move itself and does not call this."""
+        return True, {}
 
     def _transition(self, q):
         h = self.proposal.scaling

@@ -194,6 +194,9 @@ class ChainState:
         self.tune = self.adapt
         self._start_pending = True
         self._settings_cache = None  # the recorded settings, built on the first draw
+        msg = getattr(self, "_setup_warning", None)  # e.g. a mode search that failed
+        if msg:
+            self.warn_once("center", msg)
 
     def set_rng(self, rng):  # PyMC 5: once per chain
         self.rng = get_random_generator(rng, copy=False)
