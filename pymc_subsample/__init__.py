@@ -15,6 +15,7 @@ __version__ = "0.1.0"
 _LAZY = {
     "LikelihoodEngine": "pymc_subsample.engine",
     "ModelNotSupportedError": "pymc_subsample.engine",
+    "BoundViolationError": "pymc_subsample.kernels.thinning",
     "AustereMH": "pymc_subsample.steps.austere",
     "BarkerMinibatch": "pymc_subsample.steps.barker",
     "ScalableMH": "pymc_subsample.steps.scalable",

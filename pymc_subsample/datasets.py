@@ -16,7 +16,7 @@ _CHUNK = 1 << 16
 
 
 def make_logistic(n, d=10, *, seed=0, intercept=False, coef_sd=0.5):
-    """Rows of a logistic regression: ``y_i ~ Bernoulli(logit^-1(X_i . beta))``.
+    """Rows of a logistic regression: ``y_i ~ Bernoulli(logit^-1(X_i @ beta))``.
 
     Parameters
     ----------

@@ -12,6 +12,7 @@ import numpy as np
 
 __all__ = [
     "get_group",
+    "laplace_approximation",
     "convergence",
     "posterior_moments",
     "data_usage_summary",
@@ -51,6 +52,47 @@ def posterior_moments(idata, var_names=None):
         k = flat.shape[1]
         labels += [name] if vals.ndim == 2 else [f"{name}[{i}]" for i in range(k)]
     return np.concatenate(means), np.concatenate(sds), labels
+
+
+def laplace_approximation(model=None, vars=None):
+    """The Laplace approximation at the posterior mode, as a reference for the draws.
+
+    The mode is found by Newton's method on the full data (the same search the steps run
+    for their control variates), and the covariance is the inverse of the negative Hessian
+    of the log posterior there. For a regular model on tall data it is accurate to about
+    ``N^(-1/2)`` posterior standard deviations (the Bernstein-von Mises theorem), so at
+    ``N = 10^6`` rows its means and sds are within about 0.001 sd of the posterior's.
+
+    Parameters
+    ----------
+    model : pymc.Model, optional
+        Default: the model on the context stack.
+    vars : list of variables, optional
+        Continuous variables to approximate (default: all continuous free variables).
+
+    Returns
+    -------
+    pandas.DataFrame
+        Columns ``mean`` and ``sd``, one row per scalar component, labelled as
+        :func:`posterior_moments` labels them (``beta[0]``, ...). The approximation is in
+        the unconstrained space: a transformed variable appears under its value
+        variable's name (``sigma_log__``), an untransformed one under its own name.
+    """
+    import pandas as pd
+
+    from .center import find_center
+    from .engine import LikelihoodEngine
+
+    engine = LikelihoodEngine(model, vars=vars)
+    mean, cov = find_center(engine).laplace()
+    point = engine.model.initial_point()
+    labels = []
+    for v in engine.vars:
+        size = int(np.size(point[v.name]))
+        labels += [v.name] if np.ndim(point[v.name]) == 0 else [
+            f"{v.name}[{i}]" for i in range(size)
+        ]
+    return pd.DataFrame({"mean": mean, "sd": np.sqrt(np.diag(cov))}, index=labels)
 
 
 def convergence(idata, var_names=None):

@@ -72,3 +72,31 @@ def test_audit_summary_without_audits_and_a_missing_group(sampled):
     assert table.loc["all", "n_audited"] == 0 and np.isnan(table.loc["all", "disagreement"])
     with pytest.raises(KeyError, match="no 'prior' group"):
         get_group(idata, "prior")
+
+
+def test_laplace_approximation_is_exact_on_a_conjugate_model():
+    """Normal likelihood with known sd and a Normal prior: the posterior is Gaussian, so
+    the Laplace approximation must equal it (mean and sd in closed form); a transformed
+    variable is reported on its unconstrained value variable."""
+    import pymc as pm
+
+    from pymc_subsample.diagnostics import laplace_approximation
+
+    rng = np.random.default_rng(3)
+    n, d, noise, prior_sd = 2_000, 3, 0.7, 2.0
+    X = rng.standard_normal((n, d))
+    y = X @ np.array([0.5, -1.0, 0.2]) + noise * rng.standard_normal(n)
+    with pm.Model():
+        beta = pm.Normal("beta", 0.0, prior_sd, shape=d)
+        pm.HalfNormal("tau", 1.0)  # free, not in the likelihood: N(0, 1) log-density + Jacobian
+        pm.Normal("y", X @ beta, noise, observed=y)
+        laplace = laplace_approximation()
+    precision = X.T @ X / noise**2 + np.eye(d) / prior_sd**2
+    cov = np.linalg.inv(precision)
+    mean = cov @ (X.T @ y) / noise**2
+    assert list(laplace.index) == ["beta[0]", "beta[1]", "beta[2]", "tau_log__"]
+    np.testing.assert_allclose(laplace["mean"].to_numpy()[:d], mean, rtol=1e-6, atol=1e-9)
+    np.testing.assert_allclose(laplace["sd"].to_numpy()[:d], np.sqrt(np.diag(cov)), rtol=1e-6)
+    # log tau = u: log p(u) = -exp(2u)/2 + u, mode at u = 0, curvature 2: sd 1/sqrt(2)
+    assert abs(laplace.loc["tau_log__", "mean"]) < 1e-6
+    assert abs(laplace.loc["tau_log__", "sd"] - 2**-0.5) < 1e-6

@@ -39,7 +39,7 @@ __all__ = [
 
 
 class BoundViolationError(ValueError):
-    """A drawn row has ``lambda_i > phi * psi_i``: the bound (eq. 3 / eq. 12) is wrong.
+    """A drawn row has ``lambda_i > phi * psi_i``: its bound (equation 3 or 12) is wrong.
 
     Poisson thinning (Algorithm 1) is only valid when every factor satisfies
     ``lambda_i(theta, theta') <= phi(theta, theta') * psi_i``. A violation means the

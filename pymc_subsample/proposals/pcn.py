@@ -26,11 +26,11 @@ class PCN(_TunedScalar, Proposal):
     covariance ``rho C + (1 - rho) C = C``, and the pair ``(theta, theta')`` is jointly
     Gaussian with cross-covariance ``sqrt(rho) C``, which is symmetric. The joint law is
     therefore exchangeable: ``pi0(theta) q(theta'|theta) = pi0(theta') q(theta|theta')``
-    (the kernel is ``pi0``-reversible). Hence
+    (the kernel is ``pi0``-reversible). Hence, with ``z = L^{-1}(theta - m)``::
 
-        ``log_ratio = log q(theta|theta') - log q(theta'|theta)
-                    = log pi0(theta) - log pi0(theta')
-                    = (|z'|^2 - |z|^2) / 2``,   ``z = L^{-1}(theta - m)``.
+        log_ratio = log q(theta|theta') - log q(theta'|theta)
+                  = log pi0(theta) - log pi0(theta')
+                  = (|z'|^2 - |z|^2) / 2
 
     In whitened coordinates ``z' = sqrt(rho) z + sqrt(1 - rho) eps``, so the ratio costs
     one triangular mat-vec (``L^{-1}`` is precomputed). With the surrogate target
