@@ -139,6 +139,15 @@ def data_usage_summary(idata, *, n_rows: int | None = None, quantiles=(0.05, 0.5
         ``q50``, ...), ``total`` rows touched, ``accept_rate``, ``fallback_rate`` (share
         of steps decided on all the data: ScalableMH's ``fallback`` or the sequential
         tests' ``exact``) and, with ``n_rows``, ``mean_fraction``.
+
+    Notes
+    -----
+    In a compound step PyMC stacks a stat that several steps record along an extra
+    dimension (``accepted_dim_0``), in step order. ``data_used`` is then summed over this
+    package's steps (the rows read per draw by all of them; PyMC's own steps do not count
+    rows). ``accept_rate`` is left out when another step, such as ``pm.Metropolis``, also
+    records ``accepted``: the summary cannot tell the columns apart, so read yours from
+    ``sample_stats["accepted"]`` by its position among the steps.
     """
     import pandas as pd
 
@@ -148,10 +157,17 @@ def data_usage_summary(idata, *, n_rows: int | None = None, quantiles=(0.05, 0.5
         raise KeyError(
             "sample_stats has no 'data_used': was the result sampled with a pymc_subsample step?"
         )
+    extra = [d for d in used.dims if d not in ("chain", "draw")]
+    if extra:  # several of this package's steps: rows read by all of them per draw
+        used = used.sum(extra)
     acc = _stat(stats, "accepted")
+    if acc is not None and acc.ndim > 2:  # stacked with another step's: ambiguous
+        acc = None
     fb = _stat(stats, "fallback")
     if fb is None:
         fb = _stat(stats, "exact")
+    if fb is not None and fb.ndim > 2:
+        fb = fb.mean([d for d in fb.dims if d not in ("chain", "draw")])
     rows = []
     labels = [int(c) for c in used["chain"].values] + ["all"]
     for label in labels:

@@ -100,3 +100,26 @@ def test_laplace_approximation_is_exact_on_a_conjugate_model():
     # log tau = u: log p(u) = -exp(2u)/2 + u, mode at u = 0, curvature 2: sd 1/sqrt(2)
     assert abs(laplace.loc["tau_log__", "mean"]) < 1e-6
     assert abs(laplace.loc["tau_log__", "sd"] - 2**-0.5) < 1e-6
+
+
+def test_data_usage_summary_in_a_compound_step_does_not_mix_accept_rates():
+    """PyMC stacks ``accepted`` of a CompoundStep (ours and pm.Metropolis's) along an
+    extra dimension: the summary must not average the two steps' acceptance rates, and
+    sums ``data_used`` when two of our steps record it."""
+    import arviz as az
+
+    from pymc_subsample.diagnostics import data_usage_summary
+
+    rng = np.random.default_rng(0)
+    accepted = np.stack([np.ones((2, 50)), np.zeros((2, 50))], axis=-1)  # ours, Metropolis
+    used = np.stack([np.full((2, 50), 3), np.full((2, 50), 4)], axis=-1)  # two of ours
+    idata = az.from_dict(
+        posterior={"x": rng.normal(size=(2, 50))},
+        sample_stats={"accepted": accepted, "data_used": used},
+    )
+    summary = data_usage_summary(idata)
+    assert "accept_rate" not in summary.columns
+    assert summary.loc["all", "mean"] == 7.0
+    one = az.from_dict(posterior={"x": rng.normal(size=(2, 50))},
+                       sample_stats={"accepted": accepted[..., 0], "data_used": used[..., 0]})
+    assert data_usage_summary(one).loc["all", "accept_rate"] == 1.0
