@@ -868,3 +868,15 @@ def test_repeated_rows_are_read_once_and_keep_their_values():
         calls.clear()
         r = poisson_estimator_test(np.random.default_rng(seed), 5.0, psi.sum(), table, psi, fn)
         assert r.data_used == len(calls[0]) <= 3
+
+
+def test_bound_violation_survives_pickling():
+    """pm.sample(cores>1) pickles a worker's exception to the parent: the error must
+    arrive as itself, with its message and attributes (it used to raise a TypeError)."""
+    import pickle
+
+    err = BoundViolationError(3, 2.0, 0.5, 1.5)
+    back = pickle.loads(pickle.dumps(err))
+    assert type(back) is BoundViolationError
+    assert str(back) == str(err)
+    assert (back.row, back.lam, back.phi, back.psi, back.bound) == (3, 2.0, 0.5, 1.5, 0.75)

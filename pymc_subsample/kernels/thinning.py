@@ -76,6 +76,11 @@ class BoundViolationError(ValueError):
             "full-data MH)."
         )
 
+    def __reduce__(self):
+        # pickled by its constructor's arguments, so that the error raised in a worker of
+        # pm.sample(cores>1) reaches the parent as itself, not as a TypeError of unpickling
+        return (type(self), (self.row, self.lam, self.phi, self.psi))
+
 
 @dataclass(frozen=True, slots=True)
 class ThinningResult:
