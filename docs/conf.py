@@ -27,6 +27,8 @@ extensions = [
     "sphinx.ext.viewcode",
     "numpydoc",
     "myst_nb",
+    # MathJax served with the site (the build machines, and some readers, have no network)
+    "sphinx-mathjax-offline",
 ]
 
 source_suffix = {".rst": "restructuredtext", ".md": "myst-nb", ".ipynb": "myst-nb"}
