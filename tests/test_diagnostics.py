@@ -110,16 +110,21 @@ def test_data_usage_summary_in_a_compound_step_does_not_mix_accept_rates():
 
     from pymc_subsample.diagnostics import data_usage_summary
 
+    def from_dict(**groups):  # ArviZ 1.x takes one dict of groups, 0.x keyword groups
+        if int(az.__version__.split(".")[0]) >= 1:
+            return az.from_dict(groups)
+        return az.from_dict(**groups)
+
     rng = np.random.default_rng(0)
     accepted = np.stack([np.ones((2, 50)), np.zeros((2, 50))], axis=-1)  # ours, Metropolis
     used = np.stack([np.full((2, 50), 3), np.full((2, 50), 4)], axis=-1)  # two of ours
-    idata = az.from_dict(
+    idata = from_dict(
         posterior={"x": rng.normal(size=(2, 50))},
         sample_stats={"accepted": accepted, "data_used": used},
     )
     summary = data_usage_summary(idata)
     assert "accept_rate" not in summary.columns
     assert summary.loc["all", "mean"] == 7.0
-    one = az.from_dict(posterior={"x": rng.normal(size=(2, 50))},
+    one = from_dict(posterior={"x": rng.normal(size=(2, 50))},
                        sample_stats={"accepted": accepted[..., 0], "data_used": used[..., 0]})
     assert data_usage_summary(one).loc["all", "accept_rate"] == 1.0
