@@ -39,7 +39,6 @@ templates_path = ["_templates"]
 # API pages: one page per public name, generated at build time under api/generated/
 autosummary_generate = True
 autosummary_imported_members = True
-autodoc_default_options = {}
 autodoc_typehints = "none"  # numpydoc's Parameters sections say the types
 numpydoc_show_class_members = False  # autosummary lists them
 numpydoc_class_members_toctree = False
@@ -55,7 +54,6 @@ nb_execution_timeout = 1800
 nb_execution_raise_on_error = True
 nb_execution_show_tb = True
 nb_merge_streams = True
-
 
 
 def _init_signature(app, what, name, obj, options, signature, return_annotation):

@@ -38,6 +38,12 @@ def get_group(idata, name: str):
         raise KeyError(f"The sampling result has no '{name}' group.") from err
 
 
+def _component_labels(name, shape) -> list[str]:
+    """Labels of a variable's scalar components in C order: ``name`` for a scalar,
+    ``name[i]`` (flat index) otherwise."""
+    return [name] if len(shape) == 0 else [f"{name}[{i}]" for i in range(int(np.prod(shape)))]
+
+
 def posterior_moments(idata, var_names=None):
     """Posterior mean and sd of every scalar component, as two flat float arrays and the
     component labels (``beta[0]``, ...), for comparing samplers."""
@@ -49,8 +55,7 @@ def posterior_moments(idata, var_names=None):
         flat = vals.reshape(vals.shape[0] * vals.shape[1], -1)
         means.append(flat.mean(axis=0))
         sds.append(flat.std(axis=0, ddof=1))
-        k = flat.shape[1]
-        labels += [name] if vals.ndim == 2 else [f"{name}[{i}]" for i in range(k)]
+        labels += _component_labels(name, vals.shape[2:])
     return np.concatenate(means), np.concatenate(sds), labels
 
 
@@ -86,12 +91,8 @@ def laplace_approximation(model=None, vars=None):
     engine = LikelihoodEngine(model, vars=vars)
     mean, cov = find_center(engine).laplace()
     point = engine.model.initial_point()
-    labels = []
-    for v in engine.vars:
-        size = int(np.size(point[v.name]))
-        labels += [v.name] if np.ndim(point[v.name]) == 0 else [
-            f"{v.name}[{i}]" for i in range(size)
-        ]
+    labels = [label for v in engine.vars
+              for label in _component_labels(v.name, np.shape(point[v.name]))]
     return pd.DataFrame({"mean": mean, "sd": np.sqrt(np.diag(cov))}, index=labels)
 
 

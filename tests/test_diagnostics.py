@@ -126,5 +126,5 @@ def test_data_usage_summary_in_a_compound_step_does_not_mix_accept_rates():
     assert "accept_rate" not in summary.columns
     assert summary.loc["all", "mean"] == 7.0
     one = from_dict(posterior={"x": rng.normal(size=(2, 50))},
-                       sample_stats={"accepted": accepted[..., 0], "data_used": used[..., 0]})
+                    sample_stats={"accepted": accepted[..., 0], "data_used": used[..., 0]})
     assert data_usage_summary(one).loc["all", "accept_rate"] == 1.0
