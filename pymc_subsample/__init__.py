@@ -20,10 +20,13 @@ _LAZY = {
     "BarkerMinibatch": "pymc_subsample.steps.barker",
     "ScalableMH": "pymc_subsample.steps.scalable",
     "SGLD": "pymc_subsample.steps.sgld",
+    "consensus_sample": "pymc_subsample.consensus.run",
     "design_austerity_test": "pymc_subsample.kernels.austere_design",
     "datasets": "pymc_subsample.datasets",
     "diagnostics": "pymc_subsample.diagnostics",
     "proposals": "pymc_subsample.proposals",
+    "out_of_core": "pymc_subsample.out_of_core",
+    "passes": "pymc_subsample.passes",
 }
 
 __all__ = sorted(_LAZY) + ["__version__"]

@@ -207,11 +207,26 @@ def test_alias_table_is_exact(weights):
     grid = 1.0 / (len(weights) * 2.0**table.bits)
     np.testing.assert_array_less(np.abs(q - target), 1e-13 * target + 4 * grid)
     assert np.all(q[weights == 0] == 0.0)
-    assert table.alias.dtype == np.int64 and table.threshold.dtype == np.int64
+    assert table.alias.dtype == np.int32 and table.threshold.dtype == np.int64
     assert np.all((table.prob >= 0) & (table.prob <= 1))
     # every alias is a row that holds positive weight
     assert np.all(weights[table.alias] > 0)
     assert table.total == pytest.approx(weights.sum(), rel=1e-12)
+
+
+def test_alias_table_float32_weights_and_chunks_agree():
+    """float32 weights (as ScalableMH stores psi) give the exact table of their float64
+    values, and the chunked construction does not depend on the chunk size."""
+    w32 = np.random.default_rng(8).pareto(0.7, size=50_000).astype(np.float32)
+    w32[::97] = 0.0
+    whole = AliasTable(w32.astype(np.float64))
+    for chunk in (1, 999, 1 << 20):
+        part = AliasTable(w32, chunk=chunk)
+        np.testing.assert_array_equal(part.probabilities(), whole.probabilities())
+        assert part.total == pytest.approx(whole.total, rel=1e-12)
+    q, target = whole.probabilities(), w32 / w32.astype(np.float64).sum()
+    grid = 1.0 / (w32.size * 2.0**whole.bits)
+    np.testing.assert_array_less(np.abs(q - target), 1e-13 * target + 4 * grid)
 
 
 def test_alias_zero_weights_never_drawn():

@@ -39,13 +39,18 @@ class FileBackedProbe(pms.AustereMH):
         return q, [stats]
 
 
-def _memmap_model(tmp_path, n=400, k=3):
+def _memmap_model(tmp_path, n=400, k=3, rows=False):
+    """A logistic model on a memmapped X (``rows=True``: X and y through
+    ``pms.out_of_core.rows``, both file-backed)."""
     rng = np.random.default_rng(5)
     X = rng.normal(size=(n, k))
-    y = (rng.random(n) < 1 / (1 + np.exp(-X @ np.linspace(-1, 1, k)))).astype(int)
+    y = (rng.random(n) < 1 / (1 + np.exp(-X @ np.linspace(-1, 1, k)))).astype(np.int64)
     np.save(tmp_path / "X.npy", X)
+    np.save(tmp_path / "y.npy", y)
     Xm = np.load(tmp_path / "X.npy", mmap_mode="r")
     assert isinstance(Xm, np.memmap)
+    if rows:
+        Xm, y = pms.out_of_core.rows(tmp_path / "X.npy"), pms.out_of_core.rows(tmp_path / "y.npy")
     with pm.Model() as model:
         b = pm.Normal("b", 0, 1, shape=k)
         pm.Bernoulli("y", logit_p=pm.math.dot(Xm, b), observed=y)
@@ -100,11 +105,12 @@ def test_a_pickled_step_keeps_its_memmap(tmp_path):
 
 
 @pytest.mark.slow  # two worker processes importing PyMC: about 30 s each
-@pytest.mark.parametrize("mp_ctx", ["spawn", "forkserver"])
-def test_memmapped_data_stays_memmapped_in_each_worker(tmp_path, mp_ctx):
+@pytest.mark.parametrize("mp_ctx, rows", [("spawn", False), ("forkserver", False),
+                                          ("spawn", True)])
+def test_memmapped_data_stays_memmapped_in_each_worker(tmp_path, mp_ctx, rows):
     if mp_ctx == "forkserver" and sys.platform == "win32":
         pytest.skip("no forkserver on Windows")
-    model, _ = _memmap_model(tmp_path)
+    model, _ = _memmap_model(tmp_path, rows=rows)
     with model:
         step = FileBackedProbe(batch_size=100)
     # the probe class lives in this test module: send it by value to the workers
@@ -118,4 +124,4 @@ def test_memmapped_data_stays_memmapped_in_each_worker(tmp_path, mp_ctx):
     stats = sample_stats(idata)
     pids = np.unique(stats["worker_pid"].values)
     assert len(pids) == 2 and os.getpid() not in pids  # sampled in two workers
-    assert np.all(stats["n_file_backed"].values == 1)
+    assert np.all(stats["n_file_backed"].values == (2 if rows else 1))

@@ -386,6 +386,30 @@ class BatchFunctions:
         if task is not None:
             bar.remove_task(task)
 
+    def map_rows(self, fn, consume, chunk: int = 65536):
+        """One pass over all rows in parallel (:func:`pymc_subsample.passes.map_chunks`:
+        Dask threads, or the configured ``dask.distributed`` client): ``fn(start, stop)``
+        on every chunk of ``chunk`` rows, ``consume(start, stop, result)`` in row order in
+        this thread. ``fn`` must be thread-safe: NumPy arithmetic on
+        :meth:`gather_slice`, and compiled functions only through a per-thread copy. The
+        pass shows on the progress bar like :meth:`row_ranges`."""
+        from ..passes import map_chunks
+
+        chunk = int(chunk)
+        if chunk < 1:
+            raise ValueError(f"chunk must be a positive number of rows, got {chunk}.")
+        n, bar, task = self.n_rows, self._bar, None
+        if bar is not None:
+            self._bar_passes += 1
+            task = bar.add_task(f"{self._bar_label}: pass {self._bar_passes} over the data",
+                                total=n)
+        try:
+            map_chunks(fn, [(s, min(s + chunk, n)) for s in range(0, n, chunk)], consume,
+                       None if task is None else (lambda e: bar.update(task, completed=e)))
+        finally:
+            if task is not None:
+                bar.remove_task(task)
+
     def _chunks(self, chunk):
         for s, e in self.row_ranges(chunk):
             yield self.gather_slice(s, e)

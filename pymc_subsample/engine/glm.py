@@ -27,7 +27,7 @@ from pytensor.tensor.elemwise import Elemwise
 from pytensor.tensor.random.basic import (BernoulliRV, GammaRV, NegBinomialRV, NormalRV,
                                           PoissonRV, StudentTRV)
 
-from ..kernels.bounds import glm_bound_constants
+from ..kernels.bounds import UpperBounds, glm_bound_constants
 from ..kernels.region import TWO_PARAM_FAMILIES, local_sup, local_sup2, path_constant
 
 try:  # PyTensor >= 2.31 moved graph traversal helpers
@@ -312,16 +312,16 @@ def _two_param_psi(engine, spec, order, q_hat, chunk, whiten, radius):
         nu = float(np.ravel(nu)[0])
     n, d = engine.n_rows, engine.ndim
     eye = np.eye(d)
-    psi = np.empty(n)
+    psi = UpperBounds(n)
     for start, stop in engine.row_ranges(chunk):
         data = engine.gather_slice(start, stop)
         e0, s0, y = values(q_hat, data)
         moved = [values(q_hat + eye[j], data) for j in range(d)]
         Je = np.column_stack([mv[0] - e0 for mv in moved])
         Js = np.column_stack([mv[1] - s0 for mv in moved])
-        psi[start:stop] = two_param_chunk_psi(spec.family, order, (Je, Js), (e0, s0), y,
-                                              whiten=whiten, radius=radius, nu=nu)
-    return psi
+        psi.put(start, stop, two_param_chunk_psi(spec.family, order, (Je, Js), (e0, s0), y,
+                                                 whiten=whiten, radius=radius, nu=nu))
+    return psi.values
 
 
 def two_param_chunk_psi(family, order, J, base, y, *, whiten, radius, nu=None):
@@ -371,7 +371,9 @@ def glm_psi(engine, spec: GLMSpec, order: int, q_hat, *, chunk: int = 65536,
 
     Returns
     -------
-    ndarray of float64, shape (N,)
+    ndarray of float32 (rounded up: still bounds), shape (N,)
+        :class:`pymc_subsample.kernels.bounds.UpperBounds`; float64 only if a constant
+        exceeds float32's range.
     """
     q_hat = np.asarray(q_hat, dtype=np.float64)
     if spec.two_param:
@@ -385,7 +387,7 @@ def glm_psi(engine, spec: GLMSpec, order: int, q_hat, *, chunk: int = 65536,
     _require_affine(engine, lambda q, *data: eta(q, data), q_hat, "linear predictor", spec)
     n, d = engine.n_rows, engine.ndim
     eye = np.eye(d)
-    psi = np.empty(n)
+    psi = UpperBounds(n)
     sigma = spec.params.get("sigma")
     nu = spec.params.get("nu")
     if nu is not None:
@@ -407,9 +409,9 @@ def glm_psi(engine, spec: GLMSpec, order: int, q_hat, *, chunk: int = 65536,
         base = eta(q_hat, data)
         J = np.column_stack([eta(q_hat + eye[j], data) - base for j in range(d)])
         y = None if y_fn is None else np.broadcast_to(y_fn(q_hat, *data)[0], base.shape)
-        psi[s:e] = chunk_psi(spec, order, J, base, whiten=whiten, radius=radius, y=y,
-                             sigma=_chunk_param(sigma, n, s, e), nu=nu)
-    return psi
+        psi.put(s, e, chunk_psi(spec, order, J, base, whiten=whiten, radius=radius, y=y,
+                                sigma=_chunk_param(sigma, n, s, e), nu=nu))
+    return psi.values
 
 
 def _chunk_param(value, n, start, stop):

@@ -23,6 +23,8 @@ arithmetic is in :mod:`pymc_subsample.kernels.predictor` (no PyMC).
 
 from __future__ import annotations
 
+import math
+import threading
 from dataclasses import dataclass
 
 import numpy as np
@@ -32,6 +34,7 @@ from pymc.pytensorf import join_nonshared_inputs
 
 from .batch_graph import lift_gathers, parameter_parts
 from .glm import SUPPORTED_TEXT, detect_glm, eta_is_affine, is_affine, sample_rows
+from ..kernels.bounds import UpperBounds
 from ..kernels.control_variates import TaylorProxy
 from ..kernels.predictor import (
     PREDICTOR_FAMILIES,
@@ -96,7 +99,7 @@ class PredictorMap:
 
     def channels(self, v, data):
         """The rows' linear predictors at ``v``, or ``(eta, s)`` with a log scale."""
-        out = self._eta_fn(np.asarray(v, dtype=np.float64), *data)
+        out = _for_this_thread(self._eta_fn)(np.asarray(v, dtype=np.float64), *data)
         rows = (data[0].shape[0],)
         if self.scale:
             return tuple(np.broadcast_to(np.asarray(o, dtype=np.float64), rows) for o in out)
@@ -225,21 +228,49 @@ class PredictorMap:
         scale, ``J`` and ``eta_hat`` are pairs: ``(A, B)`` and ``(eta_hat, s_hat)``.
         """
         eng, p = self.engine, self.size
-        grad = np.zeros(p)
-        hess = np.zeros((p, p)) if order == 2 else None
-        psi = np.empty(eng.n_rows)
-        for start, stop in eng.row_ranges(chunk):
+        sums = [np.zeros(p), np.zeros((p, p)) if order == 2 else None]
+        psi = UpperBounds(eng.n_rows)
+
+        def one_chunk(start, stop):
             data = eng.gather_slice(start, stop)
-            y = self.y(data)
             base, J = self.jacobian(v_hat, data)
             _, g, h = self.chunk_sums(v_hat, data, order, base=base, J=J)
-            grad += g
-            if hess is not None:
-                hess += h
-            psi[start:stop] = chunk_psi(J, base, y, start, stop)
+            return g, h, chunk_psi(J, base, self.y(data), start, stop)
+
+        def add(start, stop, result):
+            g, h, values = result
+            sums[0] += g
+            if sums[1] is not None:
+                sums[1] += h
+            psi.put(start, stop, values)
+
+        eng.map_rows(one_chunk, add, chunk)
+        grad, hess, psi = sums[0], sums[1], psi.values
         if hess is not None:
             hess = 0.5 * (hess + hess.T)
         return grad, hess, psi
+
+
+_copies: dict = {}
+_copies_lock = threading.Lock()
+
+
+def _for_this_thread(fn):
+    """``fn`` in the main thread; in another thread (a worker of the parallel passes,
+    :mod:`pymc_subsample.passes`) that thread's own copy of the compiled function,
+    whose input and output storage no other thread touches."""
+    if threading.current_thread() is threading.main_thread():
+        return fn
+    key = (id(fn), threading.get_ident())
+    copy = _copies.get(key)
+    if copy is None:
+        with _copies_lock:
+            copy = _copies.get(key)
+            if copy is None:
+                copy = fn.copy(share_memory=False)
+                copy.trust_input = fn.trust_input
+                _copies[key] = copy
+    return copy
 
 
 class PredictorLikelihood:
@@ -265,19 +296,27 @@ class PredictorLikelihood:
     def __getattr__(self, name):
         return getattr(self.engine, name)
 
-    def _pass(self, q, order, chunks):
-        v = self.vmap.v(q)
-        total, grad, hess = 0.0, 0.0, 0.0
-        for data in chunks:
-            val, g, h = self.vmap.chunk_sums(v, data, order)
-            total, grad = total + val, grad + g
-            hess = hess + h if order == 2 else None
+    def _pass(self, q, order, chunks=None):
+        """``(sum_i l_i, gradient, Hessian)`` in ``q``: over ``chunks`` (a list of row
+        data), or over all rows by the engine's parallel pass (:meth:`map_rows`)."""
+        v, vmap = self.vmap.v(q), self.vmap
+        acc = [0.0, 0.0, 0.0]
+
+        def add(start, stop, result):
+            val, g, h = result
+            acc[0], acc[1] = acc[0] + val, acc[1] + g
+            acc[2] = acc[2] + h if order == 2 else None
+
+        if chunks is None:
+            eng = self.engine
+            self.engine.map_rows(
+                lambda a, b: vmap.chunk_sums(v, eng.gather_slice(a, b), order), add)
+        else:
+            for data in chunks:
+                add(0, 0, vmap.chunk_sums(v, data, order))
+        total, grad, hess = acc
         grad = self.A.T @ grad
         return total, grad, (None if hess is None else self.A.T @ (0.5 * (hess + hess.T)) @ self.A)
-
-    def _chunks(self, chunk=65536):
-        eng = self.engine
-        return (eng.gather_slice(a, b) for a, b in eng.row_ranges(chunk))
 
     def loglik_hessian(self, q, rows):
         return self._pass(q, 2, [self.engine.gather(np.asarray(rows, dtype=np.int64))])
@@ -287,15 +326,17 @@ class PredictorLikelihood:
         return self.vmap.chunk_loglik(self.vmap.v(q), data)
 
     def full_loglik(self, q) -> float:
-        v = self.vmap.v(q)
-        return float(sum(self.vmap.chunk_loglik(v, data) for data in self._chunks()))
+        v, eng, parts = self.vmap.v(q), self.engine, []
+        eng.map_rows(lambda a, b: self.vmap.chunk_loglik(v, eng.gather_slice(a, b)),
+                     lambda a, b, val: parts.append(val))
+        return math.fsum(parts)
 
     def full_loglik_grad(self, q):
-        total, grad, _ = self._pass(q, 1, self._chunks())
+        total, grad, _ = self._pass(q, 1)
         return total, grad
 
     def full_loglik_hessian(self, q):
-        return self._pass(q, 2, self._chunks())
+        return self._pass(q, 2)
 
 
 def affine_likelihood(engine, spec, q0):

@@ -9,9 +9,34 @@ from the ``rng`` argument.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
-__all__ = ["AliasTable"]
+__all__ = ["AliasTable", "index_dtype"]
+
+
+def index_dtype(n: int) -> type:
+    """The smallest signed integer type that holds every row index of ``n`` rows
+    (``int32`` below 2**31 rows, else ``int64``): per-row index arrays in that type are
+    exact and half the size."""
+    return np.int32 if n <= np.iinfo(np.int32).max else np.int64
+
+
+def _count(a, ranges, pred) -> int:
+    """``count_nonzero(pred(a))``, chunk by chunk."""
+    return sum(int(np.count_nonzero(pred(a[s:e]))) for s, e in ranges)
+
+
+def _where(a, ranges, pred, dtype) -> np.ndarray:
+    """``flatnonzero(pred(a))`` as ``dtype``, chunk by chunk (no N-sized mask)."""
+    out = np.empty(_count(a, ranges, pred), dtype=dtype)
+    k = 0
+    for s, e in ranges:
+        hit = np.flatnonzero(pred(a[s:e]))
+        out[k : k + hit.size] = hit + s
+        k += hit.size
+    return out
 
 
 class AliasTable:
@@ -44,11 +69,19 @@ class AliasTable:
     ``r >> b`` and the low ``b`` bits are compared with the column's integer threshold,
     so the accept-or-alias coin is exact too.
 
+    Memory. The table keeps 12 bytes per row (the int64 threshold, which holds the grid
+    exactly, and the int32 alias). Building it is done chunk by chunk, with about 16
+    more bytes per row of temporaries at the peak (the float32 rounding remainders, then
+    the int32 lists of small and large columns and their int64 cumulative sums); the
+    weights are read in chunks and may be float32 or a ``numpy.memmap``.
+
     Parameters
     ----------
     weights : array_like of float, shape (N,)
         Nonnegative, finite weights with a positive sum (e.g. ``psi_i``). Only read;
         a ``numpy.memmap`` is fine.
+    chunk : int, default 2**20
+        Rows per chunk of the construction's passes.
 
     Attributes
     ----------
@@ -56,8 +89,8 @@ class AliasTable:
         Number of rows ``N``.
     total : float
         ``sum(weights)`` (the ``Psi`` of Algorithm 1 when the weights are ``psi_i``).
-    alias : ndarray of int64, shape (N,)
-        Alias row of each column.
+    alias : ndarray of int32 (int64 from 2**31 rows), shape (N,)
+        Alias row of each column (:func:`index_dtype`: exact, half the size of int64).
     threshold : ndarray of int64, shape (N,)
         Grid units (out of ``2**bits``) for which a column returns its own row.
     bits : int
@@ -66,28 +99,32 @@ class AliasTable:
 
     __slots__ = ("n", "total", "alias", "threshold", "bits", "_high", "_mask")
 
-    def __init__(self, weights):
-        w = np.asarray(weights, dtype=np.float64)
+    def __init__(self, weights, *, chunk: int = 1 << 20):
+        w = weights if isinstance(weights, np.ndarray) else np.asarray(weights, np.float64)
         if w.ndim != 1:
             raise ValueError(f"AliasTable weights must be a 1-D array, got shape {w.shape}.")
         n = int(w.size)
         if n == 0:
             raise ValueError("AliasTable needs at least one weight, got an empty array.")
-        finite = np.isfinite(w)
-        if not finite.all():
-            i = int(np.flatnonzero(~finite)[0])
-            raise ValueError(
-                f"AliasTable weights must be finite; weight {i} is {float(w[i])!r} "
-                f"({int(np.count_nonzero(~finite))} non-finite in total)."
-            )
-        neg = w < 0
-        if neg.any():
-            i = int(np.flatnonzero(neg)[0])
-            raise ValueError(
-                f"AliasTable weights must be >= 0; weight {i} is {float(w[i])!r} "
-                f"({int(np.count_nonzero(neg))} negative in total)."
-            )
-        wmax = float(w.max())
+        if not np.issubdtype(w.dtype, np.floating):
+            w = w.astype(np.float64)
+        ranges = [(s, min(s + chunk, n)) for s in range(0, n, chunk)]
+        wmax = 0.0
+        for s, e in ranges:  # validation, chunk by chunk (no N-sized temporaries)
+            c = w[s:e]
+            bad = ~np.isfinite(c)
+            if bad.any():
+                i = s + int(np.flatnonzero(bad)[0])
+                raise ValueError(
+                    f"AliasTable weights must be finite; weight {i} is {float(w[i])!r} "
+                    f"({_count(w, ranges, lambda x: ~np.isfinite(x))} non-finite in total).")
+            neg = c < 0
+            if neg.any():
+                i = s + int(np.flatnonzero(neg)[0])
+                raise ValueError(
+                    f"AliasTable weights must be >= 0; weight {i} is {float(w[i])!r} "
+                    f"({_count(w, ranges, lambda x: x < 0)} negative in total).")
+            wmax = max(wmax, float(c.max()))
         if not wmax > 0.0:
             raise ValueError("AliasTable weights must have a positive sum; all are zero.")
 
@@ -96,24 +133,40 @@ class AliasTable:
             raise ValueError(f"AliasTable supports at most 2**42 rows, got {n}.")
         unit = 1 << bits
         high = n * unit  # < 2**62
-
-        frac = w / wmax  # in [0, 1]; avoids overflow of the sum
-        total_scaled = float(frac.sum())
-        frac *= float(high) / total_scaled  # N * unit * w_i / sum(w)
-        units = np.floor(frac)
-        frac -= units  # fractional parts, for the rounding below
-        units = units.astype(np.int64)
+        # w / wmax is in [0, 1]: no overflow of the sum
+        total_scaled = math.fsum(float(np.sum(w[s:e] / np.float64(wmax))) for s, e in ranges)
+        scale = float(high) / total_scaled
+        # Grid units, N * unit * w_i / sum(w), floored; the fractional parts are kept in
+        # float32 (they only rank rows for the rounding below). ``units`` becomes the
+        # threshold array in place.
+        units = np.empty(n, dtype=np.int64)
+        frac = np.empty(n, dtype=np.float32)
+        for s, e in ranges:
+            f = w[s:e] * np.float64(scale / wmax)  # float64, whatever the weights' type
+            u = np.floor(f)
+            units[s:e] = u
+            f -= u
+            f[w[s:e] == 0] = -1.0  # zero weights are never rounded up
+            frac[s:e] = f
         # Largest-remainder rounding so that sum(units) == high exactly; zero weights
         # keep zero units.
         rest = high - int(units.sum())
         if rest > 0:
-            pos = np.flatnonzero(w > 0)
-            m = min(rest, pos.size)
-            if m == pos.size:
-                units[pos] += 1
+            n_pos = n - _count(w, ranges, lambda x: x == 0)
+            m = min(rest, n_pos)
+            if m == n_pos:
+                for s, e in ranges:
+                    units[s:e] += frac[s:e] >= 0
             else:
-                top = np.argpartition(frac[pos], pos.size - m)[pos.size - m :]
-                units[pos[top]] += 1
+                cut = float(np.partition(frac, n - m)[n - m])  # the m-th largest
+                above = 0
+                for s, e in ranges:
+                    up = frac[s:e] > cut
+                    units[s:e] += up
+                    above += int(np.count_nonzero(up))
+                # ties at the cut: the first ones, in row order
+                ties = _where(frac, ranges, lambda x: x == cut, np.int64)[: m - above]
+                units[ties] += 1
             rest -= m
         del frac
         if rest != 0:
@@ -124,29 +177,32 @@ class AliasTable:
             if units[i] < 0:  # pragma: no cover - impossible for N < 2**40
                 raise ValueError("AliasTable: could not normalise the weights.")
 
-        small = units < unit
-        s_idx = np.flatnonzero(small)
-        l_idx = np.flatnonzero(~small)
-        del small
-        deficit = unit - units[s_idx]
-        dcum = np.cumsum(deficit)
-        ecum = np.cumsum(units[l_idx] - unit)
-
-        threshold = np.empty(n, dtype=np.int64)
-        alias = np.empty(n, dtype=np.int64)
-        # Small columns: own row with units[i]; alias = large column serving them.
-        threshold[s_idx] = units[s_idx]
-        t = np.searchsorted(ecum, dcum - deficit, side="left")
-        alias[s_idx] = l_idx[t]
-        del t, deficit
-        # Large columns: full unless they turn small before the smalls run out.
-        threshold[l_idx] = unit
-        alias[l_idx] = l_idx
-        j = np.searchsorted(dcum, ecum, side="right")
-        turned = np.flatnonzero(j < dcum.size)
-        if turned.size:
-            threshold[l_idx[turned]] = unit - (dcum[j[turned]] - ecum[turned])
-            alias[l_idx[turned]] = l_idx[turned + 1]
+        idx = index_dtype(n)
+        s_idx = _where(units, ranges, lambda x: x < unit, idx)
+        l_idx = _where(units, ranges, lambda x: x >= unit, idx)
+        # cumulative deficits of the small columns, excesses of the large ones
+        dcum = np.subtract(unit, units[s_idx])
+        np.cumsum(dcum, out=dcum)
+        ecum = units[l_idx]
+        ecum -= unit
+        np.cumsum(ecum, out=ecum)
+        threshold = units  # small columns already hold their own units
+        alias = np.empty(n, dtype=idx)
+        for s in range(0, s_idx.size, chunk):  # small column j: alias = large column t
+            e = min(s + chunk, s_idx.size)
+            before = dcum[s - 1 : e - 1] if s > 0 else np.r_[0, dcum[: e - 1]]
+            alias[s_idx[s:e]] = l_idx[np.searchsorted(ecum, before, side="left")]
+        for s in range(0, l_idx.size, chunk):  # large columns: full unless they turn small
+            e = min(s + chunk, l_idx.size)
+            cols = l_idx[s:e]
+            threshold[cols] = unit
+            alias[cols] = cols
+            j = np.searchsorted(dcum, ecum[s:e], side="right")
+            turned = np.flatnonzero(j < dcum.size)
+            if turned.size:
+                k = s + turned
+                threshold[l_idx[k]] = unit - (dcum[j[turned]] - ecum[k])
+                alias[l_idx[k]] = l_idx[k + 1]
 
         self.n = n
         self.total = float(total_scaled * wmax)

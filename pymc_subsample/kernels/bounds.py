@@ -26,6 +26,7 @@ once, chunk by chunk, and never copied whole. Nothing here imports PyMC or PyTen
 from __future__ import annotations
 
 import math
+import threading
 
 import numpy as np
 from scipy.special import log_ndtr
@@ -34,6 +35,7 @@ from ._validation import check_finite_positive
 
 __all__ = [
     "FAMILIES",
+    "UpperBounds",
     "glm_bound_constants",
     "glm_row_bounds",
     "glm_sup_derivative",
@@ -345,3 +347,40 @@ def glm_row_bounds(
             family, M, order, scale=part(scale, a, b), weights=part(weights, a, b), **params
         )
     return out
+
+
+class UpperBounds:
+    """A per-row array of bound constants stored in float32, each rounded up.
+
+    ScalableMH keeps ``psi_i`` for as long as it lives (the thinning reads
+    ``phi * psi_i`` for every candidate row). A float32 value rounded towards +inf is
+    still an upper bound, so the algorithm stays exact (Cornish et al. 2019 only need
+    ``lambda_i <= phi * psi_i``) while the array takes 4 bytes per row instead of 8.
+    If a finite constant does not fit in float32 (above about 3.4e38) the array
+    switches to float64 for all rows. Chunks may be written from several threads.
+
+    Parameters
+    ----------
+    n : int
+        Number of rows.
+    """
+
+    def __init__(self, n: int):
+        self.values = np.empty(int(n), dtype=np.float32)
+        self._lock = threading.Lock()
+
+    def put(self, start: int, stop: int, values) -> None:
+        """Store ``values`` (float64, for rows ``start:stop``), rounded up."""
+        v = np.broadcast_to(np.asarray(values, dtype=np.float64), (stop - start,))
+        with np.errstate(over="ignore"):  # beyond float32: handled below
+            r = v.astype(np.float32)
+        low = r < v  # rounded down (or to -inf): move up one float32 step
+        r[low] = np.nextafter(r[low], np.float32(np.inf))
+        overflow = np.isinf(r) & np.isfinite(v)
+        with self._lock:
+            if overflow.any() and self.values.dtype == np.float32:
+                self.values = self.values.astype(np.float64)
+            if self.values.dtype == np.float64:
+                self.values[start:stop] = v
+            else:
+                self.values[start:stop] = r

@@ -29,6 +29,7 @@ from pymc.util import get_value_vars_from_user_vars
 from .. import _memmap
 from ..center import center_at, find_center, parse_point
 from ..engine import LikelihoodEngine
+from ..out_of_core import keep_observations_on_disk
 from ..proposals import as_proposal
 from .gradients import GradientOracle, build_estimator
 from .state import (
@@ -130,6 +131,7 @@ class SubsampleStep(ChainState, ArrayStepShared):
         #: mean and Cholesky factor of the Laplace approximation (set by steps with a centre)
         self._laplace_mean = self._laplace_chol = None
         model = pm.modelcontext(model)
+        keep_observations_on_disk(model)  # observed_data: the file, not a copy
         if initial_point is None:
             initial_point = model.initial_point()
         if vars is None:

@@ -292,7 +292,7 @@ class ScalableMH(SubsampleStep):
                 f"ScalableMH: the bound constants must be {self.n_rows} finite values >= 0, got "
                 f"shape {self.psi.shape}."
             )
-        self.psi_total = float(self.psi.sum())
+        self.psi_total = float(self.psi.sum(dtype=np.float64))  # psi may be float32
         self.alias = AliasTable(self.psi) if self.psi_total > 0 else None
         if self._vmap is not None and self._default_proposal and not self._vmap.v_is_affine(
                 self.theta_hat):

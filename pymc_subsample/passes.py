@@ -1,0 +1,210 @@
+"""One-time passes over all rows, in chunks, run in parallel through Dask.
+
+The steps' set-up reads every row a few times: the mode search's Newton passes, the
+control-variate sums at the mode, and ScalableMH's bound constants. Each pass is a map
+over contiguous chunks of rows followed by a sum (and, for the bound constants, a write
+of each chunk's values into a per-row array). :func:`map_chunks` runs such a map:
+
+- with Dask's threaded scheduler by default (``num_workers`` threads; NumPy releases the
+  GIL in the arithmetic that dominates a chunk, so threads run in parallel and share the
+  process's memory map of the data);
+- on a ``dask.distributed.Client`` when one is configured: the function is pickled once
+  with :func:`pymc_subsample._memmap.dumps` (file-backed arrays travel as references to
+  their file, so every worker maps the file instead of receiving rows) and each task
+  gets a range of rows;
+- serially, in this thread, when Dask is not installed or ``num_workers=1`` is asked
+  with ``scheduler="sync"``.
+
+Chunks are submitted in waves of a few per worker, and each wave's results are handed to
+``consume`` in row order before the next wave starts, so at most a few chunks' results
+are held at once whatever the number of rows.
+
+Configure with :func:`configure` (process-wide) or as a context manager::
+
+    with pms.passes.configure(num_workers=2):
+        step = pms.ScalableMH()
+
+    from dask.distributed import Client
+    with pms.passes.configure(client=Client("tcp://scheduler:8786")):
+        step = pms.ScalableMH()
+
+Only passes written in NumPy run in parallel (the predictor-coordinate passes of
+generalised linear models, which are what ScalableMH, AustereMH, BarkerMinibatch and
+SGLD use for GLMs). Passes through compiled PyTensor functions (other likelihoods) run
+in one thread: a compiled function holds the GIL and its storage is not thread-safe.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import threading
+from collections.abc import Callable, Iterable, Sequence
+
+__all__ = ["configure", "current", "map_chunks"]
+
+_SCHEDULERS = ("threads", "sync")
+_config = {"num_workers": None, "client": None, "scheduler": "threads", "wave": 4}
+
+
+class configure:
+    """Set how the one-time passes over the data run: process-wide, or for a ``with``
+    block (the previous settings come back at its end).
+
+    Parameters
+    ----------
+    num_workers : int, optional
+        Threads of Dask's threaded scheduler (default: the number of CPUs).
+    client : dask.distributed.Client, optional
+        Run the passes on this client's workers instead (a ``LocalCluster`` or
+        ``Client("scheduler-address")``). The workers must be able to open the data
+        files at the same paths.
+    scheduler : {"threads", "sync"}, optional
+        ``"sync"`` runs every chunk in the calling thread (no Dask needed).
+    wave : int, optional
+        Chunks in flight per worker (bounds the results held at once).
+    """
+
+    def __init__(self, *, num_workers: int | None = None, client=None,
+                 scheduler: str | None = None, wave: int | None = None):
+        new = dict(_config)
+        if num_workers is not None:
+            if int(num_workers) != num_workers or num_workers < 1:
+                raise ValueError(
+                    f"passes.configure: num_workers must be a positive integer, got "
+                    f"{num_workers!r}.")
+            new["num_workers"] = int(num_workers)
+        if client is not None:
+            if not hasattr(client, "submit") or not hasattr(client, "gather"):
+                raise TypeError(
+                    "passes.configure: client must be a dask.distributed.Client, got "
+                    f"{type(client).__name__}.")
+            new["client"] = client
+        if scheduler is not None:
+            if scheduler not in _SCHEDULERS:
+                raise ValueError(
+                    f"passes.configure: scheduler must be one of {_SCHEDULERS}, got "
+                    f"{scheduler!r}.")
+            new["scheduler"] = scheduler
+        if wave is not None:
+            if int(wave) != wave or wave < 1:
+                raise ValueError(f"passes.configure: wave must be a positive integer, got {wave!r}.")
+            new["wave"] = int(wave)
+        self._previous = dict(_config)
+        _config.update(new)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        _config.clear()
+        _config.update(self._previous)
+        return False
+
+
+def current() -> dict:
+    """The settings in force: ``num_workers``, ``client``, ``scheduler``, ``wave``, and
+    ``backend`` (``"distributed"``, ``"dask-threads"`` or ``"serial"``)."""
+    out = dict(_config)
+    out["backend"] = _backend()
+    return out
+
+
+def _dask():
+    try:
+        import dask
+    except ImportError:
+        return None
+    return dask
+
+
+def _backend() -> str:
+    if _config["client"] is not None:
+        return "distributed"
+    if _config["scheduler"] == "sync" or _dask() is None:
+        return "serial"
+    return "dask-threads"
+
+
+def _workers() -> int:
+    if _config["client"] is not None:
+        n = len(_config["client"].scheduler_info().get("workers", {}))
+        return max(n, 1)
+    return _config["num_workers"] or os.cpu_count() or 1
+
+
+def map_chunks(fn: Callable[[int, int], object], ranges: Sequence[tuple[int, int]],
+               consume: Callable[[int, int, object], None],
+               progress: Callable[[int], None] | None = None) -> None:
+    """Run ``fn(start, stop)`` on every range of rows and hand each result to
+    ``consume(start, stop, result)``, in row order.
+
+    Parameters
+    ----------
+    fn : callable
+        ``fn(start, stop) -> result``; must be thread-safe (and picklable with a client).
+    ranges : sequence of (int, int)
+        Contiguous chunks of rows (:meth:`LikelihoodEngine.row_ranges`).
+    consume : callable
+        Called in the calling thread, in the order of ``ranges``.
+    progress : callable, optional
+        ``progress(stop)`` after each consumed chunk (a progress bar).
+    """
+    ranges = list(ranges)
+    backend = _backend()
+    if backend == "serial" or len(ranges) <= 1:
+        for s, e in ranges:
+            consume(s, e, fn(s, e))
+            if progress is not None:
+                progress(e)
+        return
+    size = _workers() * _config["wave"]
+    if backend == "distributed":
+        run = _distributed_runner(fn, _config["client"])
+    else:
+        run = functools.partial(_threads_wave, fn, _dask(), _workers())
+    for k in range(0, len(ranges), size):
+        wave = ranges[k : k + size]
+        for (s, e), result in zip(wave, run(wave)):
+            consume(s, e, result)
+            if progress is not None:
+                progress(e)
+
+
+def _threads_wave(fn, dask, workers, wave: Iterable[tuple[int, int]]):
+    tasks = [dask.delayed(fn, pure=False)(s, e) for s, e in wave]
+    return dask.compute(*tasks, scheduler="threads", num_workers=workers)
+
+
+def _distributed_runner(fn, client):
+    """A wave runner on ``client``: ``fn`` is pickled once (memmaps by reference) and
+    sent to every worker, which unpickles it once and keeps it."""
+    from . import _memmap
+
+    blob = _memmap.dumps(fn)
+    key = hashlib.sha1(blob).hexdigest()
+    [blob_future] = client.scatter([blob], broadcast=True, hash=False)
+
+    def run(wave):
+        futures = [client.submit(_call_pickled, key, blob_future, s, e, pure=False)
+                   for s, e in wave]
+        return client.gather(futures)
+
+    return run
+
+
+_loaded: dict = {}
+_loaded_lock = threading.Lock()
+
+
+def _call_pickled(key, blob, start, stop):
+    """Run the pickled chunk function ``blob`` on rows ``start:stop`` (in a worker)."""
+    with _loaded_lock:
+        fn = _loaded.get(key)
+        if fn is None:
+            from . import _memmap
+
+            _loaded.clear()  # one pass at a time: keep only the current function
+            fn = _loaded[key] = _memmap.loads(blob)
+    return fn(start, stop)

@@ -1,0 +1,192 @@
+"""Data kept on disk (``pymc_subsample.out_of_core``), the parallel one-time passes
+(``pymc_subsample.passes``) and the compact per-row arrays of ScalableMH."""
+
+from __future__ import annotations
+
+import numpy as np
+import pymc as pm
+import pytest
+
+import pymc_subsample as pms
+from pymc_subsample import _memmap, passes
+from pymc_subsample.kernels.bounds import UpperBounds
+from pymc_subsample.out_of_core import keep_observations_on_disk, open_rows, rows
+from helpers import group
+
+
+def _write(tmp_path, n=3000, k=3, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, k)).astype(np.float32)
+    beta = np.linspace(-1.0, 1.0, k)
+    y = (rng.random(n) < 1 / (1 + np.exp(-(X @ beta)))).astype(np.int64)
+    np.save(tmp_path / "X.npy", X)
+    np.save(tmp_path / "y.npy", y)
+    return X, y
+
+
+def _logistic(X, y):
+    with pm.Model() as model:
+        b = pm.Normal("b", 0.0, 1.0, shape=X.shape[1] if hasattr(X, "shape") else 3)
+        pm.Bernoulli("y", logit_p=pm.math.dot(X, b), observed=y)
+    return model
+
+
+def test_open_rows_maps_converts_and_refuses(tmp_path):
+    X, y = _write(tmp_path)
+    mm = open_rows(tmp_path / "X.npy")
+    assert _memmap.is_file_backed(mm) and mm.dtype == np.float32
+    np.testing.assert_array_equal(mm, X)
+    assert open_rows(mm) is mm  # already mapped in the right dtype: as is
+    as64 = open_rows(tmp_path / "X.npy", dtype=np.float64, path=str(tmp_path / "X64.npy"))
+    assert _memmap.is_file_backed(as64) and as64.dtype == np.float64
+    np.testing.assert_array_equal(as64, X.astype(np.float64))
+    small = open_rows(np.arange(10), dtype=np.int8, chunk=3)  # in memory -> a file
+    assert _memmap.is_file_backed(small) and small.dtype == np.int8
+    np.testing.assert_array_equal(small, np.arange(10))
+    with pytest.raises(ValueError, match="non-integer"):
+        open_rows(np.array([0.0, 0.5]), dtype=np.int64)
+    with pytest.raises(FileNotFoundError, match="no such file"):
+        open_rows(tmp_path / "missing.npy")
+    with pytest.raises(TypeError, match="source must be"):
+        open_rows([1, 2, 3])
+    bad = X.copy()
+    bad[1234, 1] = np.nan
+    np.save(tmp_path / "bad.npy", bad)
+    with pytest.raises(ValueError, match="row 1234 .* NaN"):
+        rows(tmp_path / "bad.npy")
+
+
+def test_open_rows_reads_zarr_in_chunks(tmp_path):
+    zarr = pytest.importorskip("zarr")
+    X, _ = _write(tmp_path)
+    z = zarr.open_array(str(tmp_path / "X.zarr"), mode="w", shape=X.shape, chunks=(500, 3),
+                        dtype=X.dtype)
+    z[:] = X
+    for source in (z, str(tmp_path / "X.zarr")):
+        mm = open_rows(source, chunk=700, path=str(tmp_path / "fromzarr.npy"))
+        assert _memmap.is_file_backed(mm)
+        np.testing.assert_array_equal(mm, X)
+
+
+def test_rows_constants_compare_by_file_not_by_content(tmp_path):
+    X, _ = _write(tmp_path)
+    np.save(tmp_path / "X2.npy", X)
+    a, b = rows(tmp_path / "X.npy"), rows(tmp_path / "X.npy")
+    c = rows(tmp_path / "X2.npy")
+    assert a.equals(b) and hash(a.signature()) == hash(b.signature())
+    assert not a.equals(c)  # same values, other file
+    assert a.unique_value is None
+    assert type(a).__name__ == "RowsConstant"
+
+
+def test_observations_stay_on_disk_and_draws_equal_in_memory(tmp_path):
+    """The same seed gives the same draws with the data in memory and on disk; on disk
+    neither the step nor the result holds a copy of the rows."""
+    X, y = _write(tmp_path)
+    disk = _logistic(rows(tmp_path / "X.npy"), rows(tmp_path / "y.npy", dtype="int64"))
+    memory = _logistic(X, y)
+    draws = []
+    for model in (disk, memory):
+        with model:
+            step = pms.ScalableMH()
+            idata = pm.sample(draws=300, tune=100, chains=1, step=step, random_seed=3,
+                              progressbar=False, compute_convergence_checks=False)
+        draws.append(group(idata, "posterior")["b"].values)
+        if model is disk:
+            assert all(_memmap.is_file_backed(a) for a in step.engine.data_arrays())
+            value = model.rvs_to_values[model["y"]]
+            assert _memmap.is_file_backed(value.data)
+            assert _memmap.is_file_backed(np.asarray(group(idata, "observed_data")["y"].values))
+            assert step.psi.dtype == np.float32 and step.alias.alias.dtype == np.int32
+    np.testing.assert_array_equal(draws[0], draws[1])
+
+
+def test_observations_not_redirected_when_casts_change_values(tmp_path):
+    """PyMC casts int64 observations to int32 and back: a value beyond int32 would
+    change, so the model keeps PyMC's cast (the step never silently swaps data)."""
+    counts = np.array([1, 2, 3, 2**40], dtype=np.int64)
+    np.save(tmp_path / "c.npy", counts)
+    with pm.Model() as model:
+        lam = pm.Exponential("lam", 1.0)
+        pm.Poisson("c", lam, observed=rows(tmp_path / "c.npy", dtype="int64"))
+    assert keep_observations_on_disk(model) == []
+    np.save(tmp_path / "ok.npy", counts[:3])
+    with pm.Model() as model:
+        lam = pm.Exponential("lam", 1.0)
+        pm.Poisson("c", lam, observed=rows(tmp_path / "ok.npy", dtype="int64"))
+    assert keep_observations_on_disk(model) == ["c"]
+
+
+def test_upper_bounds_round_up_and_widen():
+    values = np.random.default_rng(0).exponential(size=1000) * 10.0 ** np.arange(-3, 7).repeat(100)
+    store = UpperBounds(values.size)
+    store.put(0, 500, values[:500])
+    store.put(500, 1000, values[500:])
+    got = store.values
+    assert got.dtype == np.float32
+    assert np.all(got.astype(np.float64) >= values)
+    # at most one float32 step above
+    assert np.all(np.nextafter(got, np.float32(0)).astype(np.float64) < values)
+    store = UpperBounds(3)
+    store.put(0, 2, [1.0, 2.0])
+    store.put(2, 3, [1e39])  # beyond float32: the array widens, nothing is lost
+    assert store.values.dtype == np.float64 and store.values[2] == 1e39
+    assert np.all(store.values[:2] >= [1.0, 2.0])
+
+
+def test_parallel_passes_equal_serial(tmp_path):
+    """Set-up passes on 2 Dask threads give exactly the serial results (chunks are
+    consumed in row order)."""
+    pytest.importorskip("dask")
+    X, y = _write(tmp_path, n=150_000)  # three chunks of 65,536 rows
+    model = _logistic(rows(tmp_path / "X.npy"), rows(tmp_path / "y.npy", dtype="int64"))
+    built = {}
+    for label, settings in (("serial", dict(scheduler="sync")),
+                            ("threads", dict(num_workers=2, wave=2))):
+        with passes.configure(**settings), model:
+            assert passes.current()["backend"] == ("serial" if label == "serial"
+                                                   else "dask-threads")
+            step = pms.ScalableMH()
+        built[label] = step
+    a, b = built["serial"], built["threads"]
+    np.testing.assert_array_equal(a.psi, b.psi)
+    np.testing.assert_array_equal(a.theta_hat, b.theta_hat)
+    np.testing.assert_array_equal(a.alias.threshold, b.alias.threshold)
+    assert passes.current()["scheduler"] == "threads"  # the context restored it
+
+
+def test_passes_configure_validates():
+    with pytest.raises(ValueError, match="num_workers"):
+        passes.configure(num_workers=0)
+    with pytest.raises(ValueError, match="scheduler"):
+        passes.configure(scheduler="processes")
+    with pytest.raises(TypeError, match="dask.distributed.Client"):
+        passes.configure(client=object())
+
+
+def test_map_chunks_orders_results_and_reports_progress():
+    pytest.importorskip("dask")
+    got, seen = [], []
+    with passes.configure(num_workers=2, wave=1):
+        passes.map_chunks(lambda s, e: (s, e, sum(range(s, e))), [(0, 3), (3, 7), (7, 9)],
+                          lambda s, e, r: got.append(r), progress=seen.append)
+    assert got == [(0, 3, 3), (3, 7, 18), (7, 9, 15)] and seen == [3, 7, 9]
+
+
+@pytest.mark.slow
+def test_passes_on_a_distributed_client(tmp_path):
+    """The passes run on a LocalCluster's worker processes (the chunk function travels
+    with its memmaps as file references) and give the serial results."""
+    distributed = pytest.importorskip("distributed")
+    X, y = _write(tmp_path, n=150_000)  # three chunks of 65,536 rows
+    model = _logistic(rows(tmp_path / "X.npy"), rows(tmp_path / "y.npy", dtype="int64"))
+    with passes.configure(scheduler="sync"), model:
+        serial = pms.ScalableMH()
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                  dashboard_address=None) as cluster, \
+            distributed.Client(cluster) as client:
+        with passes.configure(client=client), model:
+            assert passes.current()["backend"] == "distributed"
+            remote = pms.ScalableMH()
+    np.testing.assert_array_equal(serial.psi, remote.psi)
+    np.testing.assert_allclose(serial.theta_hat, remote.theta_hat, rtol=0, atol=0)
