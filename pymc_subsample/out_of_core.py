@@ -33,6 +33,11 @@ def _is_zarr(obj) -> bool:
     return type(obj).__module__.split(".")[0] == "zarr"
 
 
+def _is_row_range(obj) -> bool:
+    """A row range of a Zarr array (:class:`pymc_subsample.consensus.run._RowRange`)."""
+    return type(obj).__name__ == "_RowRange" and _is_zarr(getattr(obj, "array", None))
+
+
 def open_rows(source, *, dtype=None, path=None, chunk: int = _CHUNK) -> np.memmap:
     """A read-only memory map of row-indexed data.
 
@@ -71,7 +76,7 @@ def open_rows(source, *, dtype=None, path=None, chunk: int = _CHUNK) -> np.memma
                     f"open_rows: {p!r} is not an .npy file; reading a Zarr store needs "
                     "zarr: pip install 'pymc-subsample[dask]'.") from err
             arr = zarr.open_array(p, mode="r")
-    if not (isinstance(arr, np.ndarray) or _is_zarr(arr)):
+    if not (isinstance(arr, np.ndarray) or _is_zarr(arr) or _is_row_range(arr)):
         raise TypeError(
             "open_rows: source must be a path to an .npy file or a Zarr store, a NumPy "
             f"array or memmap, or a Zarr array; got {type(source).__name__}.")

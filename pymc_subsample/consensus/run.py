@@ -20,7 +20,7 @@ import warnings
 
 import numpy as np
 
-from .. import _memmap
+from .. import _memmap, passes
 from .combine import COMBINERS
 
 __all__ = ["consensus_sample", "add_prior_power", "BIAS_STATEMENT"]
@@ -95,13 +95,30 @@ def _is_zarr(arr) -> bool:
 
 class _ZarrRows:
     """Rows ``[start, stop)`` of a Zarr array, read where the task runs (the array pickles
-    as a reference to its store)."""
+    as a reference to its store): copied chunk by chunk into an ``.npy`` file in the
+    worker's temporary directory and memory-mapped (:func:`pymc_subsample.out_of_core.
+    open_rows`), so the shard's rows are never all in memory."""
 
     def __init__(self, array, start, stop):
         self.array, self.start, self.stop = array, int(start), int(stop)
 
     def read(self):
-        return np.asarray(self.array[self.start:self.stop])
+        from ..out_of_core import open_rows
+
+        return open_rows(_RowRange(self.array, self.start, self.stop))
+
+
+class _RowRange:
+    """A slicing view of rows ``[start, stop)`` of an array that has no lazy views."""
+
+    def __init__(self, array, start, stop):
+        self.array, self.start, self.stop = array, start, stop
+        self.shape = (stop - start,) + tuple(array.shape[1:])
+        self.dtype = array.dtype
+
+    def __getitem__(self, key):
+        s, e, _ = key.indices(self.shape[0])
+        return self.array[self.start + s : self.start + e]
 
 
 def _materialise(value):
@@ -126,7 +143,9 @@ def _run_shard(payload: bytes) -> dict:
     kw.update(spec["sample_kwargs"])
     idata_kwargs = dict(kw.pop("idata_kwargs", None) or {})
     idata_kwargs["include_transformed"] = True
-    with model:
+    # on a dask.distributed worker the workers already run shards in parallel: the
+    # step's set-up passes run in the task's thread (no nested thread pool)
+    with passes.configure(scheduler="sync" if _on_distributed_worker() else None), model:
         step = spec["step"](**spec["step_kwargs"])
         idata = pm.sample(draws=spec["draws"], tune=spec["tune"], chains=spec["chains"],
                           cores=1, step=step, random_seed=spec["seed"],
@@ -156,6 +175,16 @@ def _run_shard(payload: bytes) -> dict:
         "seed": int(spec["seed"]), "wall_time": time.perf_counter() - t0,
         "result_type": type(idata).__name__,
     }
+
+
+def _on_distributed_worker() -> bool:
+    try:
+        from distributed import get_worker
+
+        get_worker()
+    except (ImportError, ValueError):
+        return False
+    return True
 
 
 def _map_back(payload: bytes, unconstrained: dict) -> dict:
