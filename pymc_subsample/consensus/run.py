@@ -31,8 +31,10 @@ BIAS_STATEMENT = (
     "its draws are biased (the bias shrinks as each shard's posterior approaches "
     "normality). The semiparametric and nonparametric density-product combiners are exact "
     "only asymptotically (as the number of shard draws grows and the kernel bandwidth "
-    "shrinks); with finitely many draws they carry kernel-smoothing error. Shards are "
-    "contiguous row blocks: rows should be in random order."
+    "shrinks); with finitely many draws they carry kernel-smoothing error. The "
+    "semiparametric product falls back to the Gaussian product on near-Gaussian shards and "
+    "does not correct a skewness confined to a few directions in higher dimensions. Shards "
+    "are contiguous row blocks: rows should be in random order."
 )
 
 #: name of the Potential that raises the prior to the power 1/S
