@@ -174,7 +174,28 @@ def map_chunks(fn: Callable[[int, int], object], ranges: Sequence[tuple[int, int
 
 def _threads_wave(fn, dask, workers, wave: Iterable[tuple[int, int]]):
     tasks = [dask.delayed(fn, pure=False)(s, e) for s, e in wave]
-    return dask.compute(*tasks, scheduler="threads", num_workers=workers)
+    return dask.compute(*tasks, scheduler="threads", pool=_thread_pool(workers))
+
+
+_pools: dict = {}
+
+
+def _thread_pool(workers: int):
+    """This process's pool of ``workers`` threads for the threaded scheduler.
+
+    Dask caches its own pools per thread object, and a process forked by
+    ``pm.sample(cores>1)`` inherits that cache without the threads: a pass run there
+    (a chain's re-centring at the end of tuning) would wait forever. The pools here are
+    keyed by process id, so a forked worker makes its own."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    key = (os.getpid(), workers)
+    pool = _pools.get(key)
+    if pool is None:
+        for stale in [k for k in _pools if k[0] != key[0]]:
+            del _pools[stale]  # inherited from the parent: its threads are not here
+        pool = _pools[key] = ThreadPoolExecutor(workers, thread_name_prefix="pms-pass")
+    return pool
 
 
 def _distributed_runner(fn, client):

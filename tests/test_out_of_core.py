@@ -3,6 +3,11 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import sys
+import time
+
 import numpy as np
 import pymc as pm
 import pytest
@@ -190,3 +195,35 @@ def test_passes_on_a_distributed_client(tmp_path):
             remote = pms.ScalableMH()
     np.testing.assert_array_equal(serial.psi, remote.psi)
     np.testing.assert_allclose(serial.theta_hat, remote.theta_hat, rtol=0, atol=0)
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="os.fork and SIGALRM")
+def test_a_pass_in_a_forked_process_does_not_hang():
+    """``pm.sample(cores>1)`` forks its workers after the set-up's passes used the thread
+    pool, and a chain re-centred at the end of tuning runs a pass in the worker. Dask's
+    own pool cache would be inherited without its threads and wait forever (checked:
+    the child then times out); the passes' pools are per process."""
+    pytest.importorskip("dask")
+
+    def run():
+        out = []
+        with passes.configure(num_workers=2):
+            passes.map_chunks(_slow_length, [(0, 3), (3, 7), (7, 9), (9, 10)],
+                              lambda s, e, r: out.append(r))
+        return out
+
+    assert run() == [3, 4, 2, 1]  # the parent's pool now exists, with its threads
+    pid = os.fork()
+    if pid == 0:  # the child: exit 0 only if the pass finishes within 20 s
+        signal.alarm(20)
+        try:
+            os._exit(0 if run() == [3, 4, 2, 1] else 1)
+        except BaseException:
+            os._exit(2)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+
+
+def _slow_length(start, stop):
+    time.sleep(0.05)  # both threads of the pool start
+    return stop - start

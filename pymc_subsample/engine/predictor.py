@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 import threading
+import weakref
 from dataclasses import dataclass
 
 import numpy as np
@@ -251,25 +252,23 @@ class PredictorMap:
         return grad, hess, psi
 
 
-_copies: dict = {}
+_copies: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # fn -> {thread: copy}
 _copies_lock = threading.Lock()
 
 
 def _for_this_thread(fn):
     """``fn`` in the main thread; in another thread (a worker of the parallel passes,
     :mod:`pymc_subsample.passes`) that thread's own copy of the compiled function,
-    whose input and output storage no other thread touches."""
+    whose input and output storage no other thread touches. The copies go with ``fn``."""
     if threading.current_thread() is threading.main_thread():
         return fn
-    key = (id(fn), threading.get_ident())
-    copy = _copies.get(key)
-    if copy is None:
-        with _copies_lock:
-            copy = _copies.get(key)
-            if copy is None:
-                copy = fn.copy(share_memory=False)
-                copy.trust_input = fn.trust_input
-                _copies[key] = copy
+    ident = threading.get_ident()
+    with _copies_lock:
+        per_thread = _copies.setdefault(fn, {})
+        copy = per_thread.get(ident)
+        if copy is None:
+            copy = per_thread[ident] = fn.copy(share_memory=False)
+            copy.trust_input = fn.trust_input
     return copy
 
 
