@@ -33,9 +33,10 @@ def _is_zarr(obj) -> bool:
     return type(obj).__module__.split(".")[0] == "zarr"
 
 
-def _is_row_range(obj) -> bool:
-    """A row range of a Zarr array (:class:`pymc_subsample.consensus.run._RowRange`)."""
-    return type(obj).__name__ == "_RowRange" and _is_zarr(getattr(obj, "array", None))
+def _is_sliceable(obj) -> bool:
+    """An array-like with ``shape``, ``dtype`` and row slicing (a Zarr array, or a row
+    range of one): its rows can be copied chunk by chunk."""
+    return all(hasattr(obj, a) for a in ("shape", "dtype", "__getitem__"))
 
 
 def open_rows(source, *, dtype=None, path=None, chunk: int = _CHUNK) -> np.memmap:
@@ -76,7 +77,7 @@ def open_rows(source, *, dtype=None, path=None, chunk: int = _CHUNK) -> np.memma
                     f"open_rows: {p!r} is not an .npy file; reading a Zarr store needs "
                     "zarr: pip install 'pymc-subsample[dask]'.") from err
             arr = zarr.open_array(p, mode="r")
-    if not (isinstance(arr, np.ndarray) or _is_zarr(arr) or _is_row_range(arr)):
+    if not (isinstance(arr, np.ndarray) or _is_sliceable(arr)):
         raise TypeError(
             "open_rows: source must be a path to an .npy file or a Zarr store, a NumPy "
             f"array or memmap, or a Zarr array; got {type(source).__name__}.")
@@ -243,12 +244,8 @@ def keep_observations_on_disk(model) -> list[str]:
             v = v.owner.inputs[0]
         if not casts or not isinstance(v, Constant) or not is_file_backed(v.data):
             continue
-        data = v.data
-        if data.dtype != rv.type.dtype or tuple(data.shape) != tuple(
-                value.type.shape[i] if value.type.shape[i] is not None else data.shape[i]
-                for i in range(data.ndim)):
-            continue
-        if not _casts_are_identity(data, casts):
+        data = v.data  # elementwise casts keep the shape: only the dtype can differ
+        if data.dtype != rv.type.dtype or not _casts_are_identity(data, casts):
             continue
         model.rvs_to_values[rv] = v
         rv.tag.observations = v

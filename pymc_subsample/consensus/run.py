@@ -21,6 +21,7 @@ import warnings
 import numpy as np
 
 from .. import _memmap, passes
+from ..out_of_core import _is_zarr
 from .combine import COMBINERS
 
 __all__ = ["consensus_sample", "add_prior_power", "BIAS_STATEMENT"]
@@ -89,10 +90,6 @@ def _build_shard_model(model_fn, shard_data, n_shards):
 
 
 # ---------------------------------------------------------------------- data references
-
-
-def _is_zarr(arr) -> bool:
-    return type(arr).__module__.split(".")[0] == "zarr"
 
 
 class _ZarrRows:

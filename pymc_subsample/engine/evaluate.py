@@ -366,25 +366,34 @@ class BatchFunctions:
             finally:
                 self._bar = None
 
-    def row_ranges(self, chunk):
-        """``(start, stop)`` of consecutive chunks covering all rows: one pass over the
-        data, shown on the progress bar of :meth:`showing_progress` when one is active."""
+    @contextlib.contextmanager
+    def _one_pass(self, chunk):
+        """``(ranges, progress)`` of one pass over all rows in chunks of ``chunk`` rows:
+        the ``(start, stop)`` ranges, and ``progress(stop)`` to call as each is done (the
+        pass's task on the progress bar of :meth:`showing_progress`, if one is active)."""
         chunk = int(chunk)
         if chunk < 1:
             raise ValueError(f"chunk must be a positive number of rows, got {chunk}.")
         n, bar = self.n_rows, self._bar
-        task = None
-        if bar is not None:
-            self._bar_passes += 1
-            task = bar.add_task(f"{self._bar_label}: pass {self._bar_passes} over the data",
-                                total=n)
-        for s in range(0, n, chunk):
-            e = min(s + chunk, n)
-            yield s, e
-            if task is not None:
-                bar.update(task, completed=e)
-        if task is not None:
+        ranges = [(s, min(s + chunk, n)) for s in range(0, n, chunk)]
+        if bar is None:
+            yield ranges, lambda stop: None
+            return
+        self._bar_passes += 1
+        task = bar.add_task(f"{self._bar_label}: pass {self._bar_passes} over the data",
+                            total=n)
+        try:
+            yield ranges, lambda stop: bar.update(task, completed=stop)
+        finally:
             bar.remove_task(task)
+
+    def row_ranges(self, chunk):
+        """``(start, stop)`` of consecutive chunks covering all rows: one pass over the
+        data, shown on the progress bar of :meth:`showing_progress` when one is active."""
+        with self._one_pass(chunk) as (ranges, progress):
+            for s, e in ranges:
+                yield s, e
+                progress(e)
 
     def map_rows(self, fn, consume, chunk: int = 65536):
         """One pass over all rows in parallel (:func:`pymc_subsample.passes.map_chunks`:
@@ -395,20 +404,8 @@ class BatchFunctions:
         pass shows on the progress bar like :meth:`row_ranges`."""
         from ..passes import map_chunks
 
-        chunk = int(chunk)
-        if chunk < 1:
-            raise ValueError(f"chunk must be a positive number of rows, got {chunk}.")
-        n, bar, task = self.n_rows, self._bar, None
-        if bar is not None:
-            self._bar_passes += 1
-            task = bar.add_task(f"{self._bar_label}: pass {self._bar_passes} over the data",
-                                total=n)
-        try:
-            map_chunks(fn, [(s, min(s + chunk, n)) for s in range(0, n, chunk)], consume,
-                       None if task is None else (lambda e: bar.update(task, completed=e)))
-        finally:
-            if task is not None:
-                bar.remove_task(task)
+        with self._one_pass(chunk) as (ranges, progress):
+            map_chunks(fn, ranges, consume, progress)
 
     def _chunks(self, chunk):
         for s, e in self.row_ranges(chunk):

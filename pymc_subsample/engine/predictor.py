@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import math
 import threading
-import weakref
 from collections import OrderedDict
 from dataclasses import dataclass
 
@@ -253,30 +252,26 @@ class PredictorMap:
         return grad, hess, psi
 
 
-_copies: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # fn -> {thread: copy}
-_copies_strong: OrderedDict = OrderedDict()  # id(fn) -> (fn, {thread: copy}), newest last
-_COPIES_KEPT = 16  # functions whose copies are kept when they cannot be held weakly
+_copies: OrderedDict = OrderedDict()  # id(fn) -> (fn, {thread: copy}), newest last
+_COPIES_KEPT = 16  # functions whose copies are kept
 _copies_lock = threading.Lock()
 
 
 def _for_this_thread(fn):
     """``fn`` in the main thread; in another thread (a worker of the parallel passes,
     :mod:`pymc_subsample.passes`) that thread's own copy of the compiled function,
-    whose input and output storage no other thread touches. The copies go with ``fn``
-    (PyTensor 2), or with the least recently used of the last 16 functions (PyTensor 3's
-    functions cannot be referenced weakly)."""
+    whose input and output storage no other thread touches. The copies of the 16 most
+    recently used functions are kept (PyTensor 3's functions cannot be referenced
+    weakly, so the copies cannot simply go with their function)."""
     if threading.current_thread() is threading.main_thread():
         return fn
     ident = threading.get_ident()
     with _copies_lock:
-        try:
-            per_thread = _copies.setdefault(fn, {})
-        except TypeError:  # no weak references to this function type
-            entry = _copies_strong.pop(id(fn), None)
-            per_thread = {} if entry is None else entry[1]
-            _copies_strong[id(fn)] = (fn, per_thread)
-            while len(_copies_strong) > _COPIES_KEPT:
-                _copies_strong.popitem(last=False)
+        entry = _copies.pop(id(fn), None)
+        per_thread = {} if entry is None else entry[1]
+        _copies[id(fn)] = (fn, per_thread)
+        while len(_copies) > _COPIES_KEPT:
+            _copies.popitem(last=False)
         copy = per_thread.get(ident)
         if copy is None:
             copy = per_thread[ident] = fn.copy(share_memory=False)
@@ -320,8 +315,7 @@ class PredictorLikelihood:
 
         if chunks is None:
             eng = self.engine
-            self.engine.map_rows(
-                lambda a, b: vmap.chunk_sums(v, eng.gather_slice(a, b), order), add)
+            eng.map_rows(lambda a, b: vmap.chunk_sums(v, eng.gather_slice(a, b), order), add)
         else:
             for data in chunks:
                 add(0, 0, vmap.chunk_sums(v, data, order))
