@@ -2,7 +2,7 @@
 
 Logistic regression with d = 10 coefficients (an intercept column and nine
 standard-normal covariates) on N = 10^7 rows. X is written chunk by chunk as a float32
-``.npy`` file in a temporary directory and opened with ``mmap_mode="r"`` (as in the
+``.npy`` file by ``pms.datasets.write_logistic`` in a temporary directory and opened with ``mmap_mode="r"`` (as in the
 "beyond memory" tutorial), y as an int64 ``.npy`` opened the same way, so the workers
 receive references to the files, not the rows.
 
@@ -39,27 +39,6 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _common import ess, group  # noqa: E402
 
 D = 10
-CHUNK = 1 << 20
-
-
-def write_data(directory, n, seed=0):
-    """X (float32) and y (int64) as .npy files written chunk by chunk; opened read-only."""
-    rng = np.random.default_rng(seed)
-    beta = rng.normal(0.0, 0.5, D)
-    x_path, y_path = os.path.join(directory, "X.npy"), os.path.join(directory, "y.npy")
-    X_out = np.lib.format.open_memmap(x_path, mode="w+", dtype=np.float32, shape=(n, D))
-    y_out = np.lib.format.open_memmap(y_path, mode="w+", dtype=np.int64, shape=(n,))
-    for start in range(0, n, CHUNK):
-        stop = min(start + CHUNK, n)
-        xc = rng.standard_normal((stop - start, D), dtype=np.float32)
-        xc[:, 0] = 1.0
-        eta = xc.astype(np.float64) @ beta
-        X_out[start:stop] = xc
-        y_out[start:stop] = rng.random(stop - start) < 1.0 / (1.0 + np.exp(-eta))
-    X_out.flush()
-    y_out.flush()
-    del X_out, y_out
-    return np.load(x_path, mmap_mode="r"), np.load(y_path, mmap_mode="r"), beta
 
 
 def model_fn(X, y):
@@ -111,6 +90,8 @@ def main():
 
     import pymc as pm
 
+    import pymc_subsample as pms
+
     logging.getLogger("pymc").setLevel(logging.ERROR)
     n = 10**5 if args.quick else 10**7
     draws, tune = (500, 200) if args.quick else (2000, 500)
@@ -120,7 +101,9 @@ def main():
           f"reference: ScalableMH on all rows ({tune} tune + {ref_draws} draws)", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         t0 = time.perf_counter()
-        X, y, _ = write_data(tmp, n)
+        x_path, y_path, _ = pms.datasets.write_logistic(tmp, n, D, intercept=True,
+                                                         dtype="float32")
+        X, y = np.load(x_path, mmap_mode="r"), np.load(y_path, mmap_mode="r")
         print(f"data written: X {X.dtype} {X.shape} memmap in {time.perf_counter() - t0:.1f} s",
               flush=True)
         ref, ref_wall = reference(X, y, draws=ref_draws, tune=tune, seed=11)

@@ -1,7 +1,7 @@
 """ScalableMH on a memory-mapped data set larger than one would hold in RAM.
 
-A logistic regression with N rows (default 10^8) and 10 float32 features, written by this
-script chunk by chunk into ``.npy`` files (X: float32, y: int64, the observed variable's
+A logistic regression with N rows (default 10^8) and 10 float32 features, written chunk by
+chunk by ``pms.datasets.write_logistic`` into ``.npy`` files (X: float32, y: int64, the observed variable's
 dtype) and opened with ``mmap_mode="r"``; y enters the model through
 ``pms.out_of_core.observed`` so that PyMC does not copy it. Measured in one run:
 
@@ -33,7 +33,6 @@ import time
 import numpy as np
 
 D = 10
-CHUNK = 1 << 20
 GIB = 2.0**30
 
 
@@ -79,24 +78,6 @@ class Memory:
         self._record()
 
 
-def write_data(directory, n, seed=0):
-    """X (float32, n x D) and y (int64) as .npy files, one seeded stream per chunk."""
-    beta = np.random.default_rng(seed).normal(0.0, 0.5, D)
-    x_path, y_path = os.path.join(directory, "X.npy"), os.path.join(directory, "y.npy")
-    X = np.lib.format.open_memmap(x_path, mode="w+", dtype=np.float32, shape=(n, D))
-    y = np.lib.format.open_memmap(y_path, mode="w+", dtype=np.int64, shape=(n,))
-    for c, start in enumerate(range(0, n, CHUNK)):
-        stop = min(start + CHUNK, n)
-        rng = np.random.default_rng([seed, 1, c])
-        xc = rng.standard_normal((stop - start, D), dtype=np.float32)
-        X[start:stop] = xc
-        y[start:stop] = rng.random(stop - start) < 1.0 / (1.0 + np.exp(-(xc @ beta)))
-    X.flush()
-    y.flush()
-    del X, y
-    return x_path, y_path, beta
-
-
 def laplace(X, y, prior_sd=1.0, chunk=1 << 18):
     """Mode and covariance of the posterior by Newton's method, in NumPy, chunk by chunk."""
     n = X.shape[0]
@@ -137,7 +118,7 @@ def main(argv=None):
     os.makedirs(directory, exist_ok=True)
     mem.mark("write data")
     t0 = time.perf_counter()
-    x_path, y_path, _ = write_data(directory, n)
+    x_path, y_path, _ = pms.datasets.write_logistic(directory, n, D, dtype="float32")
     t_write = time.perf_counter() - t0
     file_bytes = os.path.getsize(x_path) + os.path.getsize(y_path)
 

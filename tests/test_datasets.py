@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from pymc_subsample.datasets import make_logistic
+from pymc_subsample.datasets import make_logistic, write_logistic
 
 
 def test_shapes_types_and_seed():
@@ -39,3 +39,38 @@ def test_intercept_and_labels_follow_the_model():
 def test_rejects_empty_shapes(kw):
     with pytest.raises(ValueError, match="positive"):
         make_logistic(**kw)
+
+
+def test_written_float64_files_hold_make_logistics_rows(tmp_path):
+    n = (1 << 16) + 5  # two generation chunks
+    x_path, y_path, beta = write_logistic(tmp_path, n, 3, seed=7, intercept=True,
+                                          dtype="float64")
+    X, y, b = make_logistic(n, 3, seed=7, intercept=True)
+    Xf, yf = np.load(x_path, mmap_mode="r"), np.load(y_path, mmap_mode="r")
+    assert Xf.dtype == np.float64 and yf.dtype == np.int64
+    np.testing.assert_array_equal(Xf, X)
+    np.testing.assert_array_equal(yf, y)
+    np.testing.assert_array_equal(beta, b)
+
+
+def test_written_float32_files_follow_the_model_of_the_stored_values(tmp_path):
+    n = 200_000
+    x_path, y_path, beta = write_logistic(tmp_path, n, 3, seed=2, coef_sd=1.0)
+    X, y = np.load(x_path, mmap_mode="r"), np.load(y_path, mmap_mode="r")
+    assert X.dtype == np.float32 and X.shape == (n, 3) and y.shape == (n,)
+    # the covariates are make_logistic's rounded to float32; a smaller n is a prefix
+    np.testing.assert_array_equal(X, make_logistic(n, 3, seed=2, coef_sd=1.0)[0]
+                                  .astype(np.float32))
+    small = tmp_path / "small"
+    small.mkdir()
+    xs, ys, _ = write_logistic(small, 1000, 3, seed=2, coef_sd=1.0)
+    np.testing.assert_array_equal(np.load(ys), y[:1000])
+    p = 1.0 / (1.0 + np.exp(-(np.asarray(X, dtype=np.float64) @ beta)))
+    assert abs(np.mean(y - p)) < 5 * np.sqrt(np.mean(p * (1 - p)) / n)
+
+
+def test_write_refuses_a_missing_directory_and_other_dtypes(tmp_path):
+    with pytest.raises(ValueError, match="does not exist"):
+        write_logistic(tmp_path / "nope", 10)
+    with pytest.raises(ValueError, match="float32"):
+        write_logistic(tmp_path, 10, dtype="int32")
