@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+import warnings
 
 import numpy as np
 
@@ -227,6 +228,13 @@ def keep_observations_on_disk(model) -> list[str]:
     -------
     list of str
         The observed variables whose data now point at their file.
+
+    Warns
+    -----
+    UserWarning
+        For an observed variable whose file cannot stand in for PyMC's converted data:
+        the file's dtype differs from the variable's, or some values change under the
+        conversions.
     """
     from pytensor.graph.basic import Constant
     from pytensor.scalar import Cast
@@ -245,7 +253,22 @@ def keep_observations_on_disk(model) -> list[str]:
         if not casts or not isinstance(v, Constant) or not is_file_backed(v.data):
             continue
         data = v.data  # elementwise casts keep the shape: only the dtype can differ
-        if data.dtype != rv.type.dtype or not _casts_are_identity(data, casts):
+        name = getattr(data, "filename", "the file")
+        if data.dtype != rv.type.dtype:
+            warnings.warn(
+                f"observed '{rv.name}': {name} holds {data.dtype} but '{rv.name}' is "
+                f"{rv.type.dtype}, so PyMC converts the rows as they are read, and copies all "
+                "of them into memory when it stores observed_data. Open the file with "
+                f"pms.out_of_core.rows(path, dtype='{rv.type.dtype}') (converted chunk by "
+                "chunk into a new file).",
+                UserWarning, stacklevel=3)
+            continue
+        if not _casts_are_identity(data, casts):
+            warnings.warn(
+                f"observed '{rv.name}': some values in {name} change under PyMC's dtype "
+                f"conversions ({' -> '.join([str(data.dtype)] + casts[::-1])}), e.g. counts "
+                "beyond 2^31; PyMC's model uses the converted values. Check the data's "
+                "range.", UserWarning, stacklevel=3)
             continue
         model.rvs_to_values[rv] = v
         rv.tag.observations = v

@@ -114,12 +114,30 @@ def test_observations_not_redirected_when_casts_change_values(tmp_path):
     with pm.Model() as model:
         lam = pm.Exponential("lam", 1.0)
         pm.Poisson("c", lam, observed=rows(tmp_path / "c.npy", dtype="int64"))
-    assert keep_observations_on_disk(model) == []
+    with pytest.warns(UserWarning, match="'c': some values .* change under PyMC's dtype"):
+        assert keep_observations_on_disk(model) == []
     np.save(tmp_path / "ok.npy", counts[:3])
     with pm.Model() as model:
         lam = pm.Exponential("lam", 1.0)
         pm.Poisson("c", lam, observed=rows(tmp_path / "ok.npy", dtype="int64"))
     assert keep_observations_on_disk(model) == ["c"]
+
+
+def test_observations_in_another_dtype_warn_and_still_sample(tmp_path):
+    """y saved as float64 for an int64 pm.Bernoulli: PyMC converts it symbolically, so
+    the file cannot stand in for the observations; the step says so (naming the variable
+    and the fix) and ScalableMH still samples, without the predictor coordinates that
+    need the observations as a data array (it used to stop with a bare StopIteration)."""
+    X, y = _write(tmp_path)
+    np.save(tmp_path / "yf.npy", y.astype(np.float64))
+    model = _logistic(rows(tmp_path / "X.npy"), rows(tmp_path / "yf.npy"))
+    with model:
+        with pytest.warns(UserWarning, match=r"observed 'y': .*yf.npy holds float64 but "
+                          r"'y' is int64.*dtype='int64'"):
+            step = pms.ScalableMH()
+        idata = pm.sample(draws=200, tune=100, chains=1, step=step, random_seed=3,
+                          progressbar=False, compute_convergence_checks=False)
+    assert np.all(np.isfinite(group(idata, "posterior")["b"].values))
 
 
 def test_upper_bounds_round_up_and_widen():

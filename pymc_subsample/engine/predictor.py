@@ -420,7 +420,12 @@ def predictor_map(engine, spec, *, curved_at=None) -> PredictorMap | None:
     batch = engine.to_batch(channels_v)
     eta_fn = engine.function([v_in, *engine._batch_inputs], batch if scale else batch[0])
     obs_value = model.rvs_to_values[model[spec.observed]]
-    y_index = next(k for k, r in enumerate(engine.rows) if r.variable is obs_value)
+    y_index = next((k for k, r in enumerate(engine.rows) if r.variable is obs_value), None)
+    if y_index is None:
+        raise ValueError(
+            f"predictor coordinates: the observations of '{spec.observed}' are an "
+            "expression of the data (e.g. PyMC's conversion of a file in another dtype), "
+            "not a data array.")
     labels = [str(p.name or p.owner.op if p.owner else p) for p in parts]
     return PredictorMap(spec.family, params, offset, labels, v_fn, eta_fn, y_index, engine,
                         vjp_graph, scale=scale)
