@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import json
 import math
-import warnings
 import zipfile
 from pathlib import Path
 
@@ -41,11 +40,10 @@ import pymc as pm
 import pytest
 from pymc.blocking import DictToArrayBijection, RaveledVars
 
-import pymc_subsample as pms
 import pymc_subsample.steps.austere as austere_module
 from pymc_subsample.steps.austere import AustereMH
 
-from helpers import ess, mcse_mean, mcse_sd, posterior, run_sample, sample_stats, sampler_warnings
+from helpers import mcse_mean, mcse_sd, posterior, run_sample, sample_stats, sampler_warnings
 
 Z_TOL = 4.5
 SEED = 20140621

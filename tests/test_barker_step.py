@@ -355,7 +355,7 @@ def test_valid_edge_arguments(small):
 
 def test_discrete_variable_is_refused():
     x = np.random.default_rng(5).normal(0.0, 1.0, 200)
-    with pm.Model() as model:
+    with pm.Model():
         k = pm.Categorical("k", p=np.ones(2) / 2)
         mu = pm.Normal("mu", 0.0, 1.0)
         pm.Normal("y", mu, pm.math.stack([1.0, 2.0])[k], observed=x)
