@@ -178,6 +178,86 @@ def test_parallel_passes_equal_serial(tmp_path):
     assert passes.current()["scheduler"] == "threads"  # the context restored it
 
 
+def _built_serial_and_threaded(model, make_step):
+    built = {}
+    for label, settings in (("serial", dict(scheduler="sync")),
+                            ("threads", dict(num_workers=2, wave=2))):
+        with passes.configure(**settings), model:
+            built[label] = make_step()
+    return built["serial"], built["threads"]
+
+
+def test_parallel_compiled_passes_equal_serial():
+    """The compiled full-data sums of a model outside the GLM shortcuts (the mode
+    search's gradient and Hessian passes) and the bound constants of a GLM with an
+    unknown scale run on Dask threads too, with exactly the serial results."""
+    pytest.importorskip("dask")
+    rng = np.random.default_rng(4)
+    n = 150_000  # three chunks of 65,536 rows
+    x = rng.normal(size=n)
+    y = 0.5 * np.exp(0.3 * x) + rng.normal(0.0, 0.5, n)
+    with pm.Model() as curved:  # not a GLM: a coefficient inside exp
+        a = pm.Normal("a", 0.0, 2.0)
+        b = pm.Normal("b", 0.0, 1.0)
+        pm.Normal("y", a * pm.math.exp(b * x), 0.5, observed=y)
+    s, t = _built_serial_and_threaded(curved, lambda: pms.AustereMH())
+    assert s._vmap is None  # the engine's compiled passes, not the predictor's
+    for field in ("theta", "loglik_grad", "loglik_hess"):
+        np.testing.assert_array_equal(getattr(s.center, field), getattr(t.center, field))
+    X = rng.normal(size=(n, 2))
+    eta = X @ [0.3, -0.5]
+    with pm.Model() as gamma:  # rows l(eta, log shape), bounded in q (engine/glm.py)
+        beta = pm.Normal("beta", 0.0, 1.0, shape=2)
+        shape = pm.HalfNormal("shape", 3.0)
+        pm.Gamma("y", alpha=shape, beta=shape / pm.math.exp(pm.math.dot(X, beta)),
+                 observed=rng.gamma(2.5, np.exp(eta) / 2.5))
+    with pm.Model() as logistic:  # one-parameter rows, Cornish et al.'s bound form
+        beta = pm.Normal("beta", 0.0, 1.0, shape=2)
+        pm.Bernoulli("y", logit_p=pm.math.dot(X, beta),
+                     observed=(rng.random(n) < 1 / (1 + np.exp(-eta))).astype(np.int64))
+    for model, kw in ((gamma, {}), (logistic, dict(bound_form="cornish"))):
+        s, t = _built_serial_and_threaded(model, lambda: pms.ScalableMH(**kw))
+        np.testing.assert_array_equal(s.psi, t.psi)
+        np.testing.assert_array_equal(s.theta_hat, t.theta_hat)
+
+
+def test_thread_copies_of_a_function_with_a_scan_give_serial_results():
+    """A Scan (here: PyTensor's Hessian, a scan over the gradient) keeps its own compiled
+    inner function, which copies of the outer function share: worker threads call such
+    a function one at a time. Run concurrently, the calls failed inside the Scan
+    ("expected an ndarray, not None") or returned wrong values."""
+    import threading
+
+    import pytensor
+    import pytensor.tensor as pt
+
+    from pymc_subsample.engine.evaluate import thread_copy
+
+    w, X = pt.dvector("w"), pt.dmatrix("X")
+    fn = pytensor.function([w, X], pytensor.gradient.hessian(
+        pt.sum(pt.log1p(pt.exp(X @ w))), w))
+    rng = np.random.default_rng(0)
+    data = [rng.normal(size=(20_000, 4)) for _ in range(12)]
+    w0 = np.array([0.1, -0.2, 0.3, 0.05])
+    expected = [fn(w0, x) for x in data]
+    wrong, errors = [], []
+
+    def work(ks):
+        try:
+            for _ in range(4):
+                wrong.extend(k for k in ks
+                             if not np.array_equal(thread_copy(fn)(w0, data[k]), expected[k]))
+        except Exception as err:  # noqa: BLE001 - reported below
+            errors.append(err)
+
+    threads = [threading.Thread(target=work, args=(range(j, 12, 2),)) for j in (0, 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors and not wrong
+
+
 def test_passes_configure_validates():
     with pytest.raises(ValueError, match="num_workers"):
         passes.configure(num_workers=0)
@@ -199,20 +279,34 @@ def test_map_chunks_orders_results_and_reports_progress():
 @pytest.mark.slow
 def test_passes_on_a_distributed_client(tmp_path):
     """The passes run on a LocalCluster's worker processes (the chunk function travels
-    with its memmaps as file references) and give the serial results."""
+    with its memmaps as file references) and give the serial results: NumPy passes
+    (logistic) and compiled ones (a Gamma regression: the mode search's gradient and
+    Hessian, the bound constants)."""
     distributed = pytest.importorskip("distributed")
     X, y = _write(tmp_path, n=150_000)  # three chunks of 65,536 rows
-    model = _logistic(rows(tmp_path / "X.npy"), rows(tmp_path / "y.npy", dtype="int64"))
-    with passes.configure(scheduler="sync"), model:
-        serial = pms.ScalableMH()
+    logistic = _logistic(rows(tmp_path / "X.npy"), rows(tmp_path / "y.npy", dtype="int64"))
+    eta = X.astype(np.float64) @ np.array([0.3, -0.5, 0.2])
+    np.save(tmp_path / "g.npy", np.random.default_rng(1).gamma(2.5, np.exp(eta) / 2.5))
+    with pm.Model() as gamma:
+        beta = pm.Normal("beta", 0.0, 1.0, shape=3)
+        shape = pm.HalfNormal("shape", 3.0)
+        pm.Gamma("y", alpha=shape,
+                 beta=shape / pm.math.exp(pm.math.dot(rows(tmp_path / "X.npy"), beta)),
+                 observed=rows(tmp_path / "g.npy"))
+    serial, remote = {}, {}
+    for name, model in (("logistic", logistic), ("gamma", gamma)):
+        with passes.configure(scheduler="sync"), model:
+            serial[name] = pms.ScalableMH()
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
                                   dashboard_address=None) as cluster, \
             distributed.Client(cluster) as client:
-        with passes.configure(client=client), model:
-            assert passes.current()["backend"] == "distributed"
-            remote = pms.ScalableMH()
-    np.testing.assert_array_equal(serial.psi, remote.psi)
-    np.testing.assert_allclose(serial.theta_hat, remote.theta_hat, rtol=0, atol=0)
+        for name, model in (("logistic", logistic), ("gamma", gamma)):
+            with passes.configure(client=client), model:
+                assert passes.current()["backend"] == "distributed"
+                remote[name] = pms.ScalableMH()
+    for name in serial:
+        np.testing.assert_array_equal(serial[name].psi, remote[name].psi)
+        np.testing.assert_array_equal(serial[name].theta_hat, remote[name].theta_hat)
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="os.fork and SIGALRM")

@@ -18,6 +18,8 @@ The public methods are one line each over these.
 from __future__ import annotations
 
 import contextlib
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Callable
 
@@ -42,6 +44,65 @@ def compile_mode():
     if not pytensor.config.blas__ldflags:
         mode = mode.excluding("BlasOpt")
     return mode
+
+
+_copies: OrderedDict = OrderedDict()  # id(fn) -> (fn, {thread: copy}), newest last
+_COPIES_KEPT = 16  # functions whose copies are kept
+_copies_lock = threading.Lock()
+
+
+def _holds_inner_functions(fn) -> bool:
+    """Whether a compiled function's graph has ops that keep a compiled function of
+    their own (``Scan``, ``OpFromGraph``): a copy of ``fn`` shares those, with their
+    storage, so two threads must not run it at the same time."""
+    from pytensor.compile.builders import OpFromGraph
+    from pytensor.scan.op import Scan
+
+    fgraph = getattr(getattr(fn, "maker", None), "fgraph", None)
+    if fgraph is None:
+        return True  # not a PyTensor function: assume the worst
+    return any(isinstance(node.op, (Scan, OpFromGraph)) for node in fgraph.apply_nodes)
+
+
+class _OneAtATime:
+    """``fn`` called by one thread at a time (a function :func:`thread_copy` cannot copy
+    safely): correct, without the parallel speed-up."""
+
+    def __init__(self, fn, lock):
+        self.fn, self.lock = fn, lock
+
+    def __call__(self, *args, **kwargs):
+        with self.lock:
+            return self.fn(*args, **kwargs)
+
+
+def thread_copy(fn):
+    """``fn`` in the main thread; in another thread (a worker of the parallel passes,
+    :mod:`pymc_subsample.passes`) that thread's own copy of the compiled function,
+    whose input and output storage no other thread touches. A function whose graph
+    holds inner compiled functions (``Scan``, e.g. a Hessian by rows) cannot be copied
+    apart: the worker threads then call it one at a time. The copies of the 16 most
+    recently used functions are kept (PyTensor 3's functions cannot be referenced
+    weakly, so the copies cannot simply go with their function)."""
+    if threading.current_thread() is threading.main_thread():
+        return fn
+    ident = threading.get_ident()
+    with _copies_lock:
+        entry = _copies.pop(id(fn), None)
+        if entry is None:
+            shared = threading.Lock() if _holds_inner_functions(fn) else None
+            entry = (fn, {}, shared)
+        _copies[id(fn)] = entry
+        while len(_copies) > _COPIES_KEPT:
+            _copies.popitem(last=False)
+        _, per_thread, shared = entry
+        if shared is not None:
+            return _OneAtATime(fn, shared)
+        copy = per_thread.get(ident)
+        if copy is None:
+            copy = per_thread[ident] = fn.copy(share_memory=False)
+            copy.trust_input = fn.trust_input
+    return copy
 
 
 @dataclass(frozen=True)
@@ -240,22 +301,36 @@ class BatchFunctions:
 
     def _on_all_rows(self, key, points, chunk):
         """The outputs of ``key`` summed over all ``N`` rows, read in contiguous chunks
-        (bounded memory; one pass over the data, see :meth:`row_ranges`)."""
+        (bounded memory; one parallel pass over the data, see :meth:`map_rows`). The
+        chunks' sums are added in row order, so the result does not depend on the
+        number of threads."""
         per_row = FUNCTIONS[key].per_row
         f = self._fn(key)
         args = _points(points)
-        total, values = None, []
-        for data in self._chunks(chunk):
-            out = f(*args, *data)
+
+        def one_chunk(start, stop):
+            out = thread_copy(f)(*args, *self.gather_slice(start, stop))
             if not isinstance(out, (list, tuple)):
+                return float(out.sum() if per_row else out)
+            # copies: a compiled function may reuse its output storage on the next call
+            return [float(o) if np.ndim(o) == 0 else np.array(o) for o in out]
+
+        acc = {"values": [], "total": None}
+
+        def add(start, stop, out):
+            if not isinstance(out, list):
                 # one output: the chunks' values are added by Python's sum (compensated
                 # from Python 3.12), the others in order
-                values.append(float(out.sum() if per_row else out))
-                continue
-            out = [float(o) if np.ndim(o) == 0 else o for o in out]
-            total = [0.0 + o for o in out] if total is None else [t + o for t, o in
-                                                                  zip(total, out)]
-        return float(sum(values)) if total is None else tuple(total)
+                acc["values"].append(out)
+            elif acc["total"] is None:
+                acc["total"] = [0.0 + o for o in out]
+            else:
+                acc["total"] = [t + o for t, o in zip(acc["total"], out)]
+
+        self.map_rows(one_chunk, add, chunk)
+        if acc["total"] is None:
+            return float(sum(acc["values"]))
+        return tuple(acc["total"])
 
     # ------------------------------------------------------------------ public functions
     def prior(self, q) -> float:
@@ -407,6 +482,3 @@ class BatchFunctions:
         with self._one_pass(chunk) as (ranges, progress):
             map_chunks(fn, ranges, consume, progress)
 
-    def _chunks(self, chunk):
-        for s, e in self.row_ranges(chunk):
-            yield self.gather_slice(s, e)

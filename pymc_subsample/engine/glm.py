@@ -27,6 +27,7 @@ from pytensor.tensor.elemwise import Elemwise
 from pytensor.tensor.random.basic import (BernoulliRV, GammaRV, NegBinomialRV, NormalRV,
                                           PoissonRV, StudentTRV)
 
+from .evaluate import thread_copy
 from ..kernels.bounds import UpperBounds, glm_bound_constants
 from ..kernels.region import TWO_PARAM_FAMILIES, local_sup, local_sup2, path_constant
 
@@ -285,7 +286,7 @@ def _two_param_psi(engine, spec, order, q_hat, chunk, whiten, radius):
     whitened ball of radius ``R`` keeps row ``i`` in the box
     ``[eta_hat_i -+ a_i R] x [s_hat_i -+ b_i R]``; ``M_i`` combines the suprema of the
     (k+1)-th partials over that box (:func:`pymc_subsample.kernels.region.local_sup2`,
-    :func:`pymc_subsample.kernels.region.path_constant`). One chunked pass.
+    :func:`pymc_subsample.kernels.region.path_constant`). One chunked pass, in parallel.
     """
     if whiten is None or radius is None:
         raise ValueError(
@@ -298,7 +299,7 @@ def _two_param_psi(engine, spec, order, q_hat, chunk, whiten, radius):
                                engine.model[spec.observed]])
 
     def values(q, data):
-        e, s, y = fn(q, *data)
+        e, s, y = thread_copy(fn)(q, *data)
         rows = data[0].shape[0]
         return (np.broadcast_to(e, (rows,)), np.broadcast_to(s, (rows,)),
                 np.broadcast_to(y, (rows,)))
@@ -313,14 +314,17 @@ def _two_param_psi(engine, spec, order, q_hat, chunk, whiten, radius):
     n, d = engine.n_rows, engine.ndim
     eye = np.eye(d)
     psi = UpperBounds(n)
-    for start, stop in engine.row_ranges(chunk):
+
+    def one_chunk(start, stop):
         data = engine.gather_slice(start, stop)
         e0, s0, y = values(q_hat, data)
         moved = [values(q_hat + eye[j], data) for j in range(d)]
         Je = np.column_stack([mv[0] - e0 for mv in moved])
         Js = np.column_stack([mv[1] - s0 for mv in moved])
-        psi.put(start, stop, two_param_chunk_psi(spec.family, order, (Je, Js), (e0, s0), y,
-                                                 whiten=whiten, radius=radius, nu=nu))
+        return two_param_chunk_psi(spec.family, order, (Je, Js), (e0, s0), y,
+                                   whiten=whiten, radius=radius, nu=nu)
+
+    engine.map_rows(one_chunk, lambda start, stop, out: psi.put(start, stop, out), chunk)
     return psi.values
 
 
@@ -349,7 +353,8 @@ def glm_psi(engine, spec: GLMSpec, order: int, q_hat, *, chunk: int = 65536,
             whiten=None, radius=None) -> np.ndarray:
     """Per-row bound constants ``psi_i`` (Cornish et al. 2019, eq. 12) for a recognised GLM.
 
-    Reads the data once, in chunks of rows (bounded memory; memmap-friendly).
+    Reads the data once, in chunks of rows (bounded memory; memmap-friendly), in
+    parallel (:meth:`LikelihoodEngine.map_rows`).
 
     Parameters
     ----------
@@ -381,7 +386,7 @@ def glm_psi(engine, spec: GLMSpec, order: int, q_hat, *, chunk: int = 65536,
     eta_fn = _eta_fn(engine, spec)
 
     def eta(q, data):
-        out = eta_fn(q, *data)[0]
+        out = thread_copy(eta_fn)(q, *data)[0]
         return np.broadcast_to(out, (data[0].shape[0],))
 
     _require_affine(engine, lambda q, *data: eta(q, data), q_hat, "linear predictor", spec)
@@ -404,13 +409,17 @@ def glm_psi(engine, spec: GLMSpec, order: int, q_hat, *, chunk: int = 65536,
     y_fn = None
     if radius is not None and spec.family == "student_t":
         y_fn = engine.compile_batch([engine.model[spec.observed]])
-    for s, e in engine.row_ranges(chunk):
+
+    def one_chunk(s, e):
         data = engine.gather_slice(s, e)
         base = eta(q_hat, data)
         J = np.column_stack([eta(q_hat + eye[j], data) - base for j in range(d)])
-        y = None if y_fn is None else np.broadcast_to(y_fn(q_hat, *data)[0], base.shape)
-        psi.put(s, e, chunk_psi(spec, order, J, base, whiten=whiten, radius=radius, y=y,
-                                sigma=_chunk_param(sigma, n, s, e), nu=nu))
+        y = (None if y_fn is None
+             else np.broadcast_to(thread_copy(y_fn)(q_hat, *data)[0], base.shape))
+        return chunk_psi(spec, order, J, base, whiten=whiten, radius=radius, y=y,
+                         sigma=_chunk_param(sigma, n, s, e), nu=nu)
+
+    engine.map_rows(one_chunk, lambda s, e, out: psi.put(s, e, out), chunk)
     return psi.values
 
 

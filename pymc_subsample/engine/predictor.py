@@ -24,8 +24,6 @@ arithmetic is in :mod:`pymc_subsample.kernels.predictor` (no PyMC).
 from __future__ import annotations
 
 import math
-import threading
-from collections import OrderedDict
 from dataclasses import dataclass
 
 import numpy as np
@@ -34,6 +32,7 @@ import pytensor.tensor as pt
 from pymc.pytensorf import join_nonshared_inputs
 
 from .batch_graph import lift_gathers, parameter_parts
+from .evaluate import thread_copy
 from .glm import SUPPORTED_TEXT, detect_glm, eta_is_affine, is_affine, sample_rows
 from ..kernels.bounds import UpperBounds
 from ..kernels.control_variates import TaylorProxy
@@ -100,7 +99,7 @@ class PredictorMap:
 
     def channels(self, v, data):
         """The rows' linear predictors at ``v``, or ``(eta, s)`` with a log scale."""
-        out = _for_this_thread(self._eta_fn)(np.asarray(v, dtype=np.float64), *data)
+        out = thread_copy(self._eta_fn)(np.asarray(v, dtype=np.float64), *data)
         rows = (data[0].shape[0],)
         if self.scale:
             return tuple(np.broadcast_to(np.asarray(o, dtype=np.float64), rows) for o in out)
@@ -214,12 +213,19 @@ class PredictorMap:
                                 derivatives=0)[0].sum())
 
     def full_loglik_diff(self, v, v_prop, *, chunk: int = 65536) -> float:
-        """``sum_i l_i(v') - l_i(v)`` over all rows, chunk by chunk (nothing compiled)."""
-        eng, total = self.engine, 0.0
-        for start, stop in eng.row_ranges(chunk):
+        """``sum_i l_i(v') - l_i(v)`` over all rows, chunk by chunk in parallel (the
+        engine's :meth:`map_rows`; the chunks are added in row order)."""
+        eng, total = self.engine, [0.0]
+
+        def one_chunk(start, stop):
             data = eng.gather_slice(start, stop)
-            total += self.chunk_loglik(v_prop, data) - self.chunk_loglik(v, data)
-        return total
+            return self.chunk_loglik(v_prop, data) - self.chunk_loglik(v, data)
+
+        def add(start, stop, value):
+            total[0] += value
+
+        eng.map_rows(one_chunk, add, chunk)
+        return total[0]
 
     def data_pass(self, v_hat, order: int, chunk_psi, *, chunk: int = 65536):
         """One chunked pass: the proxy sums ``G``, ``H`` in ``v`` and the row constants.
@@ -250,33 +256,6 @@ class PredictorMap:
         if hess is not None:
             hess = 0.5 * (hess + hess.T)
         return grad, hess, psi
-
-
-_copies: OrderedDict = OrderedDict()  # id(fn) -> (fn, {thread: copy}), newest last
-_COPIES_KEPT = 16  # functions whose copies are kept
-_copies_lock = threading.Lock()
-
-
-def _for_this_thread(fn):
-    """``fn`` in the main thread; in another thread (a worker of the parallel passes,
-    :mod:`pymc_subsample.passes`) that thread's own copy of the compiled function,
-    whose input and output storage no other thread touches. The copies of the 16 most
-    recently used functions are kept (PyTensor 3's functions cannot be referenced
-    weakly, so the copies cannot simply go with their function)."""
-    if threading.current_thread() is threading.main_thread():
-        return fn
-    ident = threading.get_ident()
-    with _copies_lock:
-        entry = _copies.pop(id(fn), None)
-        per_thread = {} if entry is None else entry[1]
-        _copies[id(fn)] = (fn, per_thread)
-        while len(_copies) > _COPIES_KEPT:
-            _copies.popitem(last=False)
-        copy = per_thread.get(ident)
-        if copy is None:
-            copy = per_thread[ident] = fn.copy(share_memory=False)
-            copy.trust_input = fn.trust_input
-    return copy
 
 
 class PredictorLikelihood:
