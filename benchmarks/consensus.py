@@ -10,7 +10,8 @@ receive references to the files, not the rows.
 * Consensus: 4 contiguous shards, each sampled by ScalableMH as one Dask task on a
   ``LocalCluster(n_workers=k, threads_per_worker=1, processes=True)``, with k = 1 and
   k = 2 worker processes (the same seed: the same draws), combined by consensus
-  weighting (Scott et al. 2016) and the semiparametric product (Neiswanger et al. 2014).
+  weighting (Scott et al. 2016) and the semiparametric and nonparametric density
+  products (Neiswanger et al. 2014).
 
 Printed, all measured in this run: for each combiner and coefficient the error of the
 posterior mean in reference posterior sds, ``(mean - mean_ref) / sd_ref``, and the sd
@@ -39,6 +40,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _common import ess, group  # noqa: E402
 
 D = 10
+COMBINERS = ("consensus", "semiparametric", "nonparametric")
 
 
 def model_fn(X, y):
@@ -77,7 +79,8 @@ def run_consensus(X, y, n_workers, *, draws, tune, seed):
         client.wait_for_workers(n_workers)
         t0 = time.perf_counter()
         res = pms.consensus_sample(model_fn, {"X": X, "y": y}, n_shards=4, draws=draws,
-                                   tune=tune, client=client, random_seed=seed)
+                                   tune=tune, client=client, random_seed=seed,
+                                   combiners=COMBINERS)
         wall = time.perf_counter() - t0
     return res, wall
 
@@ -117,12 +120,12 @@ def main():
     res = runs[2][0]
     same = all(np.array_equal(group(runs[1][0], g)["beta"].values,
                               group(res, g)["beta"].values)
-               for g in ("posterior", "posterior_semiparametric"))
+               for g in ("posterior", "posterior_semiparametric", "posterior_nonparametric"))
     m_ref, s_ref = ref.mean(axis=0), ref.std(axis=0, ddof=1)
     mcse = np.array([s_ref[j] / np.sqrt(ess(ref[:, j])) for j in range(D)]) / s_ref
     print(f"\nreference MCSE of the mean, in sds: {mcse.min():.3f} .. {mcse.max():.3f}")
     print(f"same draws with 1 and 2 workers: {same}")
-    for name in ("consensus", "semiparametric"):
+    for name in COMBINERS:
         g = "posterior" if name == "consensus" else f"posterior_{name}"
         b = np.asarray(group(res, g)["beta"].values)[0]
         err = (b.mean(axis=0) - m_ref) / s_ref
