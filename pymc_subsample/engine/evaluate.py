@@ -97,6 +97,8 @@ def thread_copy(fn):
             _copies.popitem(last=False)
         _, per_thread, shared = entry
         if shared is not None:
+            # the lock lives as long as fn's entry: a pass calls one function over and
+            # over, which keeps it the newest entry while the pass runs
             return _OneAtATime(fn, shared)
         copy = per_thread.get(ident)
         if copy is None:
