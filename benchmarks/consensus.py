@@ -2,9 +2,9 @@
 
 Logistic regression with d = 10 coefficients (an intercept column and nine
 standard-normal covariates) on N = 10^7 rows. X is written chunk by chunk as a float32
-``.npy`` file by ``pms.datasets.write_logistic`` in a temporary directory and opened with ``mmap_mode="r"`` (as in the
-"beyond memory" tutorial), y as an int64 ``.npy`` opened the same way, so the workers
-receive references to the files, not the rows.
+``.npy`` file by ``pms.datasets.write_logistic`` in a temporary directory and opened
+with ``mmap_mode="r"`` (as in the "beyond memory" tutorial), y as an int64 ``.npy``
+opened the same way, so the workers receive references to the files, not the rows.
 
 * Reference: ScalableMH on all N rows in this process (set-up included in its time).
 * Consensus: 4 contiguous shards, each sampled by ScalableMH as one Dask task on a

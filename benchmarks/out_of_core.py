@@ -1,9 +1,9 @@
 """ScalableMH on a memory-mapped data set larger than one would hold in RAM.
 
 A logistic regression with N rows (default 10^8) and 10 float32 features, written chunk by
-chunk by ``pms.datasets.write_logistic`` into ``.npy`` files (X: float32, y: int64, the observed variable's
-dtype) and opened with ``mmap_mode="r"``; y enters the model through
-``pms.out_of_core.observed`` so that PyMC does not copy it. Measured in one run:
+chunk by ``pms.datasets.write_logistic`` into ``.npy`` files (X: float32, y: int64, the
+observed variable's dtype) and opened with ``mmap_mode="r"``; y enters the model through
+``pms.out_of_core.rows`` so that PyMC does not copy it. Measured in one run:
 
 - the step's one-time passes over the data (mode search, control-variate sums, bound
   constants) with 1 and with 2 Dask threads (``pms.passes.configure(num_workers=...)``),

@@ -157,40 +157,36 @@ def test_upper_bounds_round_up_and_widen():
     assert np.all(store.values[:2] >= [1.0, 2.0])
 
 
-def test_parallel_passes_equal_serial(tmp_path):
-    """Set-up passes on 2 Dask threads give exactly the serial results (chunks are
-    consumed in row order)."""
-    pytest.importorskip("dask")
-    X, y = _write(tmp_path, n=150_000)  # three chunks of 65,536 rows
-    model = _logistic(rows(tmp_path / "X.npy"), rows(tmp_path / "y.npy", dtype="int64"))
+def _built_serial_and_threaded(model, make_step):
+    """``make_step()`` in ``model`` with the passes in this thread, then on 2 Dask threads."""
     built = {}
     for label, settings in (("serial", dict(scheduler="sync")),
                             ("threads", dict(num_workers=2, wave=2))):
         with passes.configure(**settings), model:
             assert passes.current()["backend"] == ("serial" if label == "serial"
                                                    else "dask-threads")
-            step = pms.ScalableMH()
-        built[label] = step
-    a, b = built["serial"], built["threads"]
+            built[label] = make_step()
+    return built["serial"], built["threads"]
+
+
+def test_parallel_passes_equal_serial(tmp_path):
+    """Set-up passes on 2 Dask threads give exactly the serial results (chunks are
+    consumed in row order)."""
+    pytest.importorskip("dask")
+    X, y = _write(tmp_path, n=150_000)  # three chunks of 65,536 rows
+    model = _logistic(rows(tmp_path / "X.npy"), rows(tmp_path / "y.npy", dtype="int64"))
+    a, b = _built_serial_and_threaded(model, lambda: pms.ScalableMH())
     np.testing.assert_array_equal(a.psi, b.psi)
     np.testing.assert_array_equal(a.theta_hat, b.theta_hat)
     np.testing.assert_array_equal(a.alias.threshold, b.alias.threshold)
     assert passes.current()["scheduler"] == "threads"  # the context restored it
 
 
-def _built_serial_and_threaded(model, make_step):
-    built = {}
-    for label, settings in (("serial", dict(scheduler="sync")),
-                            ("threads", dict(num_workers=2, wave=2))):
-        with passes.configure(**settings), model:
-            built[label] = make_step()
-    return built["serial"], built["threads"]
-
-
 def test_parallel_compiled_passes_equal_serial():
     """The compiled full-data sums of a model outside the GLM shortcuts (the mode
-    search's gradient and Hessian passes) and the bound constants of a GLM with an
-    unknown scale run on Dask threads too, with exactly the serial results."""
+    search's gradient and Hessian passes) and the bound constants of engine/glm.py (a
+    Gamma regression with unknown shape; a logistic regression with Cornish et al.'s
+    bound form) run on Dask threads too, with exactly the serial results."""
     pytest.importorskip("dask")
     rng = np.random.default_rng(4)
     n = 150_000  # three chunks of 65,536 rows

@@ -46,7 +46,8 @@ def compile_mode():
     return mode
 
 
-_copies: OrderedDict = OrderedDict()  # id(fn) -> (fn, {thread: copy}), newest last
+# id(fn) -> (fn, {thread: copy}, lock or None), newest last
+_copies: OrderedDict = OrderedDict()
 _COPIES_KEPT = 16  # functions whose copies are kept
 _copies_lock = threading.Lock()
 
@@ -314,25 +315,21 @@ class BatchFunctions:
             out = thread_copy(f)(*args, *self.gather_slice(start, stop))
             if not isinstance(out, (list, tuple)):
                 return float(out.sum() if per_row else out)
-            # copies: a compiled function may reuse its output storage on the next call
-            return [float(o) if np.ndim(o) == 0 else np.array(o) for o in out]
+            return [float(o) if np.ndim(o) == 0 else o for o in out]
 
-        acc = {"values": [], "total": None}
+        values, total = [], []
 
         def add(start, stop, out):
             if not isinstance(out, list):
                 # one output: the chunks' values are added by Python's sum (compensated
                 # from Python 3.12), the others in order
-                acc["values"].append(out)
-            elif acc["total"] is None:
-                acc["total"] = [0.0 + o for o in out]
+                values.append(out)
             else:
-                acc["total"] = [t + o for t, o in zip(acc["total"], out)]
+                total[:] = ([t + o for t, o in zip(total, out)] if total
+                            else [0.0 + o for o in out])
 
         self.map_rows(one_chunk, add, chunk)
-        if acc["total"] is None:
-            return float(sum(acc["values"]))
-        return tuple(acc["total"])
+        return tuple(total) if total else float(sum(values))
 
     # ------------------------------------------------------------------ public functions
     def prior(self, q) -> float:

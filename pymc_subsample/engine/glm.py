@@ -324,7 +324,7 @@ def _two_param_psi(engine, spec, order, q_hat, chunk, whiten, radius):
         return two_param_chunk_psi(spec.family, order, (Je, Js), (e0, s0), y,
                                    whiten=whiten, radius=radius, nu=nu)
 
-    engine.map_rows(one_chunk, lambda start, stop, out: psi.put(start, stop, out), chunk)
+    engine.map_rows(one_chunk, psi.put, chunk)
     return psi.values
 
 
@@ -419,7 +419,7 @@ def glm_psi(engine, spec: GLMSpec, order: int, q_hat, *, chunk: int = 65536,
         return chunk_psi(spec, order, J, base, whiten=whiten, radius=radius, y=y,
                          sigma=_chunk_param(sigma, n, s, e), nu=nu)
 
-    engine.map_rows(one_chunk, lambda s, e, out: psi.put(s, e, out), chunk)
+    engine.map_rows(one_chunk, psi.put, chunk)
     return psi.values
 
 
