@@ -15,11 +15,13 @@ __version__ = "0.1.0"
 _LAZY = {
     "LikelihoodEngine": "pymc_subsample.engine",
     "ModelNotSupportedError": "pymc_subsample.engine",
+    "InvalidDataError": "pymc_subsample.engine",
     "BoundViolationError": "pymc_subsample.kernels.thinning",
     "AustereMH": "pymc_subsample.steps.austere",
     "BarkerMinibatch": "pymc_subsample.steps.barker",
     "ScalableMH": "pymc_subsample.steps.scalable",
     "SGLD": "pymc_subsample.steps.sgld",
+    "SGLDDivergenceError": "pymc_subsample.steps.sgld",
     "consensus_sample": "pymc_subsample.consensus.run",
     "design_austerity_test": "pymc_subsample.kernels.austere_design",
     "datasets": "pymc_subsample.datasets",

@@ -15,8 +15,8 @@ Layers, each its own module:
   coordinates, for ScalableMH's bounds and the control variates.
 """
 
-from .analysis import ModelNotSupportedError, RowData
+from .analysis import InvalidDataError, ModelNotSupportedError, RowData
 from .evaluate import compile_mode
 from .likelihood import LikelihoodEngine
 
-__all__ = ["LikelihoodEngine", "ModelNotSupportedError", "RowData", "compile_mode"]
+__all__ = ["InvalidDataError", "LikelihoodEngine", "ModelNotSupportedError", "RowData", "compile_mode"]

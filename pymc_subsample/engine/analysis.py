@@ -15,6 +15,7 @@ import numpy as np
 import pytensor.tensor as pt
 from pytensor.compile.sharedvalue import SharedVariable
 from pytensor.graph.basic import Constant, Variable
+from pytensor.tensor.elemwise import Elemwise
 
 from pymc.data import MinibatchIndexRV
 from pymc.variational.minibatch_rv import MinibatchRandomVariable
@@ -24,8 +25,8 @@ try:  # PyTensor >= 2.31 moved graph traversal helpers
 except ImportError:  # pragma: no cover - older PyTensor
     from pytensor.graph.basic import ancestors, graph_inputs
 
-__all__ = ["ModelNotSupportedError", "RowData", "ModelRows", "analyse_model",
-           "check_factorises", "data_fingerprint"]
+__all__ = ["ModelNotSupportedError", "InvalidDataError", "RowData", "ModelRows",
+           "analyse_model", "check_factorises", "RowScan", "data_fingerprint"]
 
 #: the ops of PyMC's own minibatching (``pm.Minibatch`` data, ``total_size=``)
 _MINIBATCH_OPS = (MinibatchRandomVariable, MinibatchIndexRV)
@@ -33,6 +34,12 @@ _MINIBATCH_OPS = (MinibatchRandomVariable, MinibatchIndexRV)
 
 class ModelNotSupportedError(ValueError):
     """The model cannot be subsampled row by row (the message says why and what to do)."""
+
+
+class InvalidDataError(ValueError):
+    """The data cannot be sampled as they are: a NaN or infinite covariate, or rows whose
+    log-likelihood is not finite at the initial point (the message names the variable,
+    the rows and their values)."""
 
 
 @dataclass
@@ -122,8 +129,23 @@ def _var_label(var) -> str:
     return var.name if getattr(var, "name", None) else f"<unnamed {type(var).__name__} {var.type}>"
 
 
+def _through_casts(var):
+    """``var`` with the unary elementwise ops above its data peeled off.
+
+    PyMC inserts such ops between the data and an observed variable: integer data in a
+    ``pm.Data`` (stored as int32) observed by a discrete distribution is seen through a
+    ``Cast{int64}`` of the shared variable. They keep the shape, so the row count is the
+    data's.
+    """
+    while (var.owner is not None and isinstance(var.owner.op, Elemwise)
+           and len(var.owner.inputs) == 1):
+        var = var.owner.inputs[0]
+    return var
+
+
 def _static_len(var) -> int | None:
     """Length of the leading axis, read without evaluating any graph."""
+    var = _through_casts(var)
     if isinstance(var, Constant):
         data = var.data
         return None if np.ndim(data) == 0 else int(np.shape(data)[0])
@@ -197,6 +219,12 @@ def _find_rows(model, row_dim):
             "rows. Split the model or align the observed arrays row by row."
         )
     n_rows = next(iter(lengths.values()))
+    if n_rows == 0:
+        raise ModelNotSupportedError(
+            f"Observed variable '{next(iter(lengths))}' has 0 rows: there is nothing to "
+            "subsample. Build the model on the data (check the filter or the file that "
+            "produced the arrays)."
+        )
     if row_dim is None and len(dims_seen) == 1:
         row_dim = next(iter(dims_seen))
     if row_dim is not None:
@@ -321,8 +349,32 @@ def _check_no_row_latents(model, ll_terms, point, n, row_dim):
             )
 
 
+def _not_factorising(observed_names) -> ModelNotSupportedError:
+    return ModelNotSupportedError(
+        f"The likelihood of {', '.join(observed_names)} does not factorise over rows: a "
+        "row's log-likelihood changes with the other rows it is evaluated with (e.g. the "
+        "model uses a sum, mean, logsumexp, normaliser, cumulative sum or sort over the "
+        "data rows). Subsampling needs one independent term per row: write the likelihood "
+        "row by row, or use a full-data sampler (pm.NUTS)."
+    )
+
+
+#: scales of the random moves away from the initial point at which the factorisation is
+#: checked: a small one, and larger ones under which a normaliser over the rows (a
+#: logsumexp, a softmax over rows, a clipped ratio) leaves its saturated range
+FACTORISATION_SCALES = (0.3, 3.0, 10.0)
+
+
 def check_factorises(loglik, n_rows, q0, observed_names):
     """Refuse a model whose rows' terms depend on the other rows of the batch.
+
+    At the initial point and at random points about it (:data:`FACTORISATION_SCALES`),
+    the terms of a few random rows are computed alone, together (in both orders) and
+    inside a larger batch of other random rows; a row-factorising likelihood gives each
+    row the same term in all of them. This is numerical, so it does not depend on the
+    form of the graph; :meth:`RowScan.check_probes` repeats it against the terms of the
+    set-up pass over all rows, which catches a normaliser that the small batches leave
+    saturated.
 
     Parameters
     ----------
@@ -330,41 +382,142 @@ def check_factorises(loglik, n_rows, q0, observed_names):
         ``loglik(q, rows) -> (len(rows),)`` per-row log-likelihood terms.
     n_rows : int
     q0 : ndarray
-        The initial point; the check runs at a random point about it.
+        The initial point.
     observed_names : list of str
         For the message.
     """
     rng = np.random.default_rng(12345)  # fixed: a build-time check, not sampling
     k = min(n_rows, 6)
     rows = rng.choice(n_rows, size=k, replace=False).astype(np.int64)
-    # away from the initial point: at e.g. a zero coefficient a cumulative sum or a
+    others = np.setdiff1d(rng.choice(n_rows, size=min(n_rows, 512), replace=False), rows)
+    big = np.concatenate([others[: others.size // 2], rows, others[others.size // 2 :]])
+    at = slice(others.size // 2, others.size // 2 + k)
+    # away from the initial point too: at e.g. a zero coefficient a cumulative sum or a
     # centring over the batch can vanish and hide the dependence between rows
-    q = q0 + rng.normal(0.0, 0.3, q0.size)
-    try:
-        a = loglik(q, rows)
-        b = loglik(q, rows[::-1])[::-1]
-        c = np.array([loglik(q, rows[i : i + 1])[0] for i in range(min(k, 3))])
-    except Exception as err:
-        raise ModelNotSupportedError(
-            "Evaluating the likelihood on a subset of rows failed, so the model does not "
-            "look row-factorising (some data or parameter seems to be tied to all N rows). "
-            f"Underlying error: {type(err).__name__}: {err}"
-        ) from err
-    if a.shape != (k,):
-        raise ModelNotSupportedError(
-            f"The batch log-likelihood returned shape {a.shape} for {k} rows; the likelihood "
-            "does not factorise over the rows of the data."
-        )
-    ok = np.allclose(a, b, rtol=1e-9, atol=1e-12, equal_nan=True) and np.allclose(
-        a[: c.size], c, rtol=1e-9, atol=1e-12, equal_nan=True
-    )
-    if not ok:
-        raise ModelNotSupportedError(
-            f"The likelihood of {', '.join(observed_names)} does not factorise over rows: a "
-            "row's log-likelihood changes with the other rows in the batch (e.g. the model "
-            "uses a sum, mean, cumulative sum or sort over the data). Subsampling needs one "
-            "independent term per row."
-        )
+    points = [q0] + [q0 + rng.normal(0.0, s, q0.size) for s in FACTORISATION_SCALES]
+    for q in points:
+        try:
+            a = loglik(q, rows)
+            b = loglik(q, rows[::-1])[::-1]
+            c = np.array([loglik(q, rows[i : i + 1])[0] for i in range(min(k, 3))])
+            d = loglik(q, big)[at]
+        except Exception as err:
+            raise ModelNotSupportedError(
+                "Evaluating the likelihood on a subset of rows failed, so the model does "
+                "not look row-factorising (some data or parameter seems to be tied to all "
+                f"N rows). Underlying error: {type(err).__name__}: {err}"
+            ) from err
+        if a.shape != (k,):
+            raise ModelNotSupportedError(
+                f"The batch log-likelihood returned shape {a.shape} for {k} rows; the "
+                "likelihood does not factorise over the rows of the data."
+            )
+        if not (_same_terms(a, b) and _same_terms(a[: c.size], c) and _same_terms(a, d)):
+            raise _not_factorising(observed_names)
+
+
+def _same_terms(a, b) -> bool:
+    return bool(np.allclose(a, b, rtol=1e-8, atol=1e-10, equal_nan=True))
+
+
+class RowScan:
+    """What the set-up's check of every row finds, chunk by chunk. NUTS refuses a model
+    whose initial log density is not finite; a subsampling step reads a few rows per
+    step and would otherwise meet such a row late, or never, and sample a wrong
+    posterior.
+
+    ``scan(start, stop, data, terms)`` is called on each chunk (any thread) and returns a
+    small record; ``add(record)`` consumes the records in row order. ``raise_if_bad()``
+    then refuses NaN or infinite float data (naming the variable, the first row and its
+    value) and non-finite per-row terms (naming the observed variables, the first rows
+    and their values). ``probes`` are rows whose terms are kept, to compare with the
+    same rows' terms computed alone (:meth:`check_probes`).
+
+    Parameters
+    ----------
+    rows : list of RowData
+        The engine's row data (same order as ``data`` in :meth:`scan`).
+    probes : ndarray of int
+        Row indices whose terms are recorded.
+    """
+
+    #: how many offending rows a message lists
+    SHOW = 5
+
+    def __init__(self, rows, probes):
+        self.rows = rows
+        self.probes = np.asarray(probes, dtype=np.int64)
+        self.bad_data = {}     # array index -> (row, value)
+        self.bad_terms = []    # (row, term)
+        self.probe_terms = {}  # row -> term
+
+    def scan(self, start, stop, data, terms):
+        bad_data = {}
+        for j, arr in enumerate(data):
+            if arr.dtype.kind in "fc":
+                finite = np.isfinite(arr)
+                if not finite.all():
+                    flat = finite.reshape(len(arr), -1).all(axis=1)
+                    i = int(np.argmin(flat))
+                    bad_data[j] = (start + i, arr[i])
+        bad = np.flatnonzero(~np.isfinite(terms))[: self.SHOW]
+        inside = self.probes[(self.probes >= start) & (self.probes < stop)]
+        return (bad_data, [(start + int(i), float(terms[i])) for i in bad],
+                {int(r): float(terms[r - start]) for r in inside})
+
+    def add(self, record):
+        bad_data, bad_terms, probes = record
+        for j, found in bad_data.items():
+            self.bad_data.setdefault(j, found)
+        if len(self.bad_terms) < self.SHOW:
+            self.bad_terms += bad_terms[: self.SHOW - len(self.bad_terms)]
+        self.probe_terms.update(probes)
+
+    def raise_if_bad(self, observed_names, where="the initial point"):
+        """Raise :class:`InvalidDataError` for what the scan found, covariates first."""
+        if self.bad_data:
+            j, (row, value) = next(iter(sorted(self.bad_data.items())))
+            r = self.rows[j]
+            raise InvalidDataError(
+                f"{r.name} (data of the likelihood of {', '.join(observed_names)}) has a "
+                f"NaN or infinite value in row {row} (value {_short(value)}). "
+                "Drop or impute the rows with missing or infinite values before building "
+                "the model (for a file, pms.out_of_core.rows() checks this when it opens "
+                "it)."
+            )
+        if self.bad_terms:
+            rows = [i for i, _ in self.bad_terms]
+            shown = []
+            for r in self.rows:
+                if r.name.startswith("observed"):
+                    vals = np.take(r.array(), rows, axis=0)
+                    shown.append(f"{r.name} = {', '.join(_short(v) for v in vals)}")
+            terms = ", ".join(_short(t) for _, t in self.bad_terms)
+            raise InvalidDataError(
+                f"The log-likelihood of {', '.join(observed_names)} is not finite at "
+                f"{where} in row(s) {', '.join(map(str, rows))} (terms {terms}; "
+                f"{'; '.join(shown)}). These observations lie outside the support of "
+                "the likelihood (e.g. a Bernoulli needs 0 or 1, a Poisson counts >= 0), or "
+                "the initial point is impossible for them. PyMC's NUTS refuses such a "
+                "model too (its initial log density is not finite). Fix or drop these "
+                "rows, or give the variables an initval where every row's term is finite."
+            )
+
+    def check_probes(self, loglik, q, observed_names):
+        """Refuse a non-factorising likelihood: the probe rows' terms computed alone
+        must equal those computed in the pass over all rows (:func:`check_factorises`)."""
+        if not self.probe_terms:
+            return
+        rows = np.array(sorted(self.probe_terms), dtype=np.int64)
+        in_pass = np.array([self.probe_terms[int(r)] for r in rows])
+        alone = np.array([loglik(q, rows[i : i + 1])[0] for i in range(rows.size)])
+        if not _same_terms(in_pass, alone):
+            raise _not_factorising(observed_names)
+
+
+def _short(v) -> str:
+    v = np.asarray(v)
+    return repr(v.item()) if v.size == 1 else np.array2string(v, threshold=6)
 
 
 def data_fingerprint(rows, n_rows, n_read) -> tuple:

@@ -22,9 +22,9 @@ import pymc as pm
 from pymc.pytensorf import join_nonshared_inputs, make_shared_replacements
 from pymc.util import get_value_vars_from_user_vars
 
-from .analysis import analyse_model, check_factorises, data_fingerprint
+from .analysis import RowScan, analyse_model, check_factorises, data_fingerprint
 from .batch_graph import BatchGraph, JoinedGraph
-from .evaluate import BatchFunctions
+from .evaluate import BatchFunctions, thread_copy
 
 __all__ = ["LikelihoodEngine"]
 
@@ -79,6 +79,14 @@ class LikelihoodEngine(BatchFunctions):
         if not self.vars:
             raise ValueError("The step has no variables to sample: pass vars=[...].")
         point = model.initial_point()
+        empty = [v for v in self.vars if np.size(point[v.name]) == 0]
+        if empty:
+            raise ValueError(
+                "Variable(s) " + ", ".join(f"'{model.values_to_rvs[v].name}'" for v in empty)
+                + " have no elements (shape (0,) or a zero-length dim): there is nothing to "
+                "sample. Check the number of columns of the data they multiply (a design "
+                "matrix with 0 columns?), or leave them out of the model."
+            )
         if shared is None:
             shared = make_shared_replacements(point, self.vars, model)
         self.shared = shared
@@ -95,9 +103,49 @@ class LikelihoodEngine(BatchFunctions):
         self._compiled = {}
         self.ndim = int(sum(np.prod(point[v.name].shape, dtype=int) for v in self.vars))
         if check:
-            check_factorises(
-                lambda q, rows: self._call_rarely("ll", q, *self.gather(rows)),
-                self.n_rows, self.initial_q(), [rv.name for rv in model.observed_RVs])
+            names = [rv.name for rv in model.observed_RVs]
+            loglik = lambda q, rows: self._call_rarely("ll", q, *self.gather(rows))  # noqa: E731
+            # the data first: a NaN covariate makes PyMC's parameter checks (one switch
+            # over the whole batch) fail every row of a batch that holds it
+            self.check_rows(self.initial_q())
+            check_factorises(loglik, self.n_rows, self.initial_q(), names)
+
+    def check_rows(self, q, *, chunk: int = 65536):
+        """One pass over all rows (:meth:`map_rows`) that refuses data the steps cannot
+        sample: NaN or infinite float data, and rows whose log-likelihood term at ``q``
+        is not finite (observations outside the support: NUTS refuses these too). It
+        also compares a few rows' terms in the pass with the same rows' terms computed
+        alone, which refuses a likelihood that couples the rows (a normaliser over all
+        rows) even when small batches leave it saturated.
+
+        Raises
+        ------
+        InvalidDataError
+            Naming the data or observed variable, the rows and their values.
+        ModelNotSupportedError
+            When the likelihood does not factorise over rows.
+        """
+        names = [rv.name for rv in self.model.observed_RVs]
+        probes = np.random.default_rng(2468).choice(self.n_rows, size=min(self.n_rows, 4),
+                                                    replace=False)
+        found = RowScan(self.rows, probes)
+        try:  # the FAST_COMPILE function: no C compile for a set-up pass
+            f = self._fn("ll", fast_compile=True)
+            f(np.asarray(q, dtype=np.float64), *self.gather(probes[:1]))
+        except Exception:  # noqa: BLE001 - the C-compiled function is the reference
+            f = self._fn("ll")
+        q = np.asarray(q, dtype=np.float64)
+
+        def one_chunk(start, stop):
+            data = self.gather_slice(start, stop)
+            with np.errstate(all="ignore"):
+                terms = np.asarray(thread_copy(f)(q, *data))
+            return found.scan(start, stop, data, terms)
+
+        self.map_rows(one_chunk, lambda start, stop, rec: found.add(rec), chunk)
+        found.raise_if_bad(names)
+        found.check_probes(lambda q_, rows: self._call_rarely("ll", q_, *self.gather(rows)),
+                           q, names)
 
     # ------------------------------------------------------------------ model expressions
     def to_batch(self, outputs):

@@ -116,6 +116,11 @@ class BarkerMinibatch(GrowingBatchStep):
         for name, value in (("delta", delta), ("temperature", temperature)):
             if isinstance(value, bool) or not isinstance(value, numbers.Real) or not value > 0:
                 raise ValueError(f"{name} must be a positive number, got {value!r}.")
+        if not delta < 0.5:
+            raise ValueError(
+                f"delta must be below 0.5, got {delta!r}: it bounds the error of the "
+                "acceptance probability (typical values 0.001-0.05; smaller reads more rows)."
+            )
         if not math.isfinite(temperature):
             raise ValueError(f"temperature must be a finite positive number, got {temperature!r}.")
         if error not in ("acceptance", "lemma3"):

@@ -141,6 +141,7 @@ class SubsampleStep(ChainState, ArrayStepShared):
                     f"{type(self).__name__}: the model has no continuous free variables to sample."
                 )
         vars = get_value_vars_from_user_vars(vars, model)
+        self._check_unique(vars, model)
         self._check_continuous(vars, model)
         shared = make_shared_replacements(initial_point, vars, model)
         self.engine = LikelihoodEngine(model, vars, shared, compile_kwargs=compile_kwargs)
@@ -160,6 +161,19 @@ class SubsampleStep(ChainState, ArrayStepShared):
         self._reset_chain()
 
     # ------------------------------------------------------------------ validation
+    @staticmethod
+    def _check_unique(vars, model):
+        seen, twice = set(), []
+        for v in vars:
+            if v in seen and v not in twice:
+                twice.append(v)
+            seen.add(v)
+        if twice:
+            names = ", ".join(f"'{model.values_to_rvs[v].name}'" for v in twice)
+            raise ValueError(
+                f"vars= names {names} more than once; give each variable once."
+            )
+
     @staticmethod
     def _check_continuous(vars, model):
         bad = [v for v in vars if v.dtype in pm.discrete_types]

@@ -7,6 +7,8 @@ import math
 import numbers
 
 import numpy as np
+from pymc.exceptions import SamplingError
+from scipy.linalg import solve_triangular
 from pymc.stats.convergence import WarningType
 
 from ..kernels.gradient_estimators import ESTIMATORS, largest_eigenvalue
@@ -23,7 +25,12 @@ from .gradients import GradientOracle, build_estimator
 from .growing import check_batch_size
 from .state import BASE_STATS, setting_stats
 
-__all__ = ["SGLD"]
+__all__ = ["SGLD", "SGLDDivergenceError"]
+
+
+class SGLDDivergenceError(SamplingError):
+    """SGLD's chain left the finite numbers (a step size too large for the posterior):
+    the message names the step size and a smaller one to try."""
 
 
 class _Schedule:
@@ -209,9 +216,22 @@ class SGLD(SubsampleStep):
         if step_size is not None and (isinstance(step_size, bool) or not isinstance(
                 step_size, numbers.Real) or not 0 < step_size < math.inf):
             raise ValueError(f"step_size must be a positive finite number (h), got {step_size!r}.")
+        if step_size is not None and precondition and step_size >= 4:
+            raise ValueError(
+                f"step_size={step_size!r} with precondition=True: the preconditioned update "
+                "is unstable for h >= 4 (on a Gaussian posterior it multiplies the distance "
+                "from the mean by 1 - h/2 each step) and the chain would diverge. Use h "
+                "below 1 (the default is 0.2)."
+            )
         if isinstance(defensive, bool) or not isinstance(defensive, numbers.Real) or not (
                 0 <= defensive <= 1):
             raise ValueError(f"defensive must be a share in [0, 1], got {defensive!r}.")
+        if max_memory is not None and (isinstance(max_memory, bool) or not isinstance(
+                max_memory, numbers.Real) or not 0 < max_memory < math.inf):
+            raise ValueError(
+                "max_memory must be a positive number of bytes (e.g. 8 * 2**30 for 8 GiB) "
+                f"or None, got {max_memory!r}."
+            )
         self.gradient = gradient
         self._batch_arg = batch_size
         self._user_step = None if step_size is None else float(step_size)
@@ -295,6 +315,30 @@ class SGLD(SubsampleStep):
         self._warned.discard("noise")
 
     # ------------------------------------------------------------------ the step
+    #: whitened distance from the Laplace mean, per sqrt(dimension), beyond which the
+    #: chain is taken to have diverged (a posterior has no mass there; SGLD's draws
+    #: grow geometrically once its step is unstable, e.g. h >= 4 preconditioned)
+    RUNAWAY = 1e6
+
+    def _runaway(self, q) -> bool:
+        if self._laplace_mean is None:
+            return False
+        z = solve_triangular(self._laplace_chol, q - self._laplace_mean, lower=True,
+                             check_finite=False)
+        return bool(z @ z > self.RUNAWAY**2 * self.ndim)
+
+    def _diverged(self, h, q, what):
+        """Stop the chain: SGLD has no accept/reject step to undo a move that diverged,
+        and inf or NaN draws must never be returned."""
+        largest = float(np.max(np.abs(q))) if np.all(np.isfinite(q)) else math.inf
+        raise SGLDDivergenceError(
+            f"SGLD diverged: {what} (step size h = {h:.3g}; the largest |value| of the "
+            f"unconstrained parameters before the step was {largest:.3g}). Lower "
+            f"step_size (e.g. step_size={h / 10:.3g}; the default, step_size=None, sets it "
+            "from the posterior's scale), keep precondition=True, or use an MH-corrected "
+            "step (ScalableMH, AustereMH)."
+        )
+
     def _decide(self, q, q_prop, log_prior_ratio, log_qratio):
         """SGLD's "test": every move is kept (no Metropolis-Hastings correction, no data
         read). :meth:`_transition` makes the move itself and does not call this."""
@@ -306,15 +350,14 @@ class SGLD(SubsampleStep):
         g = self._oracle(q, rows)
         stats = {"data_used": int(rows.size), "n_batches": 1, "step_size": h}
         if not np.all(np.isfinite(g)):
-            self.warn_once(
-                "nonfinite",
-                "a gradient estimate was not finite and the chain stayed put; check the "
-                "model at the current values, or lower step_size.",
-            )
-            stats.update(accepted=0.0, accept=0.0, noise_ratio=np.nan)
-            return q, stats
+            self._diverged(h, q, "the gradient estimate at the current values is not finite")
         eps = self.rng.standard_normal(self.ndim)
         q_new = langevin_update(q, g, h, eps, self._factor)
+        if not np.all(np.isfinite(q_new)):
+            self._diverged(h, q, "the update left the finite numbers")
+        if self._runaway(q_new):
+            self._diverged(h, q, f"the chain moved more than {self.RUNAWAY:.0e} sds (of the "
+                                 "Laplace approximation) from the posterior mode")
         self._oracle.update(q)
         cov = self._noise_avg.add(self._oracle.last.whitened_covariance(self._factor))
         ratio = noise_ratio(h, largest_eigenvalue(cov)) * self.loglik_weight**2

@@ -1,0 +1,311 @@
+"""Hostile cases (issue 25): wrong models and data are refused with a message that names
+the variable and says what to do; the common right ones sample.
+
+Each refusal test asserts the exception type and the words of its message. The files on
+disk that change under a step are in ``test_hostile_files.py``; the normal-approximation
+warnings in ``test_clt_warnings.py``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pymc as pm
+import pytensor.tensor as pt
+import pytest
+
+import pymc_subsample as pms
+from helpers import mcse_mean, mcse_sd, posterior, run_sample
+from pymc_subsample.engine.analysis import check_factorises
+
+STEPS = [pms.AustereMH, pms.BarkerMinibatch, pms.ScalableMH, pms.SGLD]
+STEP_IDS = [s.__name__ for s in STEPS]
+
+
+def _data(n=3000, d=3, seed=1):
+    X, y, _ = pms.datasets.make_logistic(n, d, seed=seed)
+    return X, y
+
+
+def _logistic(X, y, *, link=None):
+    with pm.Model() as model:
+        b = pm.Normal("b", 0.0, 1.0, shape=X.shape[1])
+        eta = pt.as_tensor(X) @ b
+        if link is None:
+            pm.Bernoulli("y", logit_p=eta, observed=y)
+        else:
+            pm.Bernoulli("y", p=link(eta), observed=y)
+    return model
+
+
+# ---------------------------------------------------------------- rows coupled together
+def _normaliser(eta, n):
+    # the issue's example: a softmax over ALL rows, clipped into (0, 1)
+    return pt.clip(pt.exp(eta - pm.math.logsumexp(eta)) * n * 0.5, 1e-6, 1 - 1e-6)
+
+
+COUPLINGS = {
+    "logsumexp_normaliser": lambda eta, n: _normaliser(eta, n),
+    "centred_by_row_mean": lambda eta, n: pm.math.invlogit(eta - eta.mean()),
+    "cumulative_sum": lambda eta, n: pm.math.invlogit(eta + 0.01 * pt.cumsum(eta)),
+    "sorted": lambda eta, n: pm.math.invlogit(pt.sort(eta)),
+}
+
+
+@pytest.mark.parametrize("coupling", sorted(COUPLINGS))
+@pytest.mark.parametrize("step", STEPS, ids=STEP_IDS)
+def test_rows_coupled_through_the_data_are_refused(step, coupling):
+    X, y = _data()
+    model = _logistic(X, y, link=lambda eta: COUPLINGS[coupling](eta, len(y)))
+    with model, pytest.raises(pms.ModelNotSupportedError, match=r"'?y'? does not factorise"):
+        step()
+
+
+def test_check_factorises_catches_a_normaliser_only_away_from_the_initial_point():
+    """At the initial point (all coefficients 0) the clipped normaliser is saturated in
+    every small batch; the check's larger moves bring it out (the old check, with one
+    move of sd 0.3, passed this model)."""
+    X, y = _data(n=200_000, d=3)
+    n = len(y)
+
+    def loglik(q, rows):
+        eta = X[rows] @ q
+        lse = np.logaddexp.reduce(eta)
+        p = np.clip(np.exp(eta - lse) * n * 0.5, 1e-6, 1 - 1e-6)
+        return np.where(y[rows] == 1, np.log(p), np.log1p(-p))
+
+    with pytest.raises(pms.ModelNotSupportedError, match="does not factorise"):
+        check_factorises(loglik, n, np.zeros(3), ["y"])
+
+
+def test_the_pass_over_all_rows_catches_a_normaliser_saturated_in_every_small_batch():
+    """A term that depends on the batch only once the batch has many rows (here: more
+    than 1,000) passes every small-batch comparison; the set-up pass compares a few
+    rows' terms in its chunk with the same rows alone."""
+    n = 5000
+
+    def loglik(q, rows):
+        return np.full(len(rows), -1.0 if len(rows) > 1000 else -2.0)
+
+    from pymc_subsample.engine.analysis import RowScan
+
+    check_factorises(loglik, n, np.zeros(2), ["y"])  # fooled: batches of <= 512 rows
+    scan = RowScan([], probes=[3, 4000])
+    terms = loglik(None, np.arange(n))
+    scan.add(scan.scan(0, n, [], terms))
+    scan.raise_if_bad(["y"])  # all terms finite
+    with pytest.raises(pms.ModelNotSupportedError, match="'?y'? does not factorise"):
+        scan.check_probes(loglik, None, ["y"])
+
+
+def test_a_row_factorising_likelihood_passes_the_checks():
+    X, y = _data()
+    with _logistic(X, y, link=pm.math.invlogit):
+        pms.AustereMH()
+
+
+# ---------------------------------------------------------------- observations outside the support
+def _bad_bernoulli():
+    X, y = _data()
+    y = y.copy()
+    y[[7, 1234]] = 2
+    return _logistic(X, y)
+
+
+def _bad_poisson():
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(3000, 2))
+    y = rng.poisson(np.exp(0.3 * X[:, 0]))
+    y[42] = -1
+    with pm.Model() as model:
+        b = pm.Normal("b", 0.0, 1.0, shape=2)
+        pm.Poisson("y", mu=pm.math.exp(pt.as_tensor(X) @ b), observed=y)
+    return model
+
+
+@pytest.mark.parametrize("step", STEPS, ids=STEP_IDS)
+def test_bernoulli_observation_of_2_is_refused_naming_the_rows(step):
+    with _bad_bernoulli(), pytest.raises(pms.InvalidDataError) as err:
+        step()
+    msg = str(err.value)
+    assert "not finite at the initial point in row(s) 7, 1234" in msg
+    assert "observed 'y' = 2, 2" in msg
+    assert "NUTS refuses" in msg
+
+
+@pytest.mark.parametrize("step", STEPS, ids=STEP_IDS)
+def test_poisson_observation_of_minus_1_is_refused(step):
+    with _bad_poisson(), pytest.raises(pms.InvalidDataError,
+                                       match=r"row\(s\) 42 .*observed 'y' = -1"):
+        step()
+
+
+# ---------------------------------------------------------------- NaN / inf covariates
+@pytest.mark.parametrize("step", STEPS, ids=STEP_IDS)
+def test_nan_covariate_in_memory_is_refused_naming_the_data_and_row(step):
+    X, y = _data()
+    X = X.copy()
+    X[11, 1] = np.nan
+    with _logistic(X, y), pytest.raises(
+            pms.InvalidDataError,
+            match=r"constant of shape \(3000, 3\) \(data of the likelihood of y\) has a NaN "
+                  r"or infinite value in row 11 \(value \[.* nan .*\]\)"):
+        step()
+
+
+def test_inf_covariate_in_pm_data_is_refused_naming_it():
+    X, y = _data()
+    X = X.copy()
+    X[11, 1] = -np.inf
+    with pm.Model():
+        Xd = pm.Data("X", X)
+        b = pm.Normal("b", 0.0, 1.0, shape=3)
+        pm.Bernoulli("y", logit_p=Xd @ b, observed=y)
+        with pytest.raises(pms.InvalidDataError,
+                           match=r"data 'X' .* NaN or infinite value in row 11"):
+            pms.AustereMH()
+
+
+def test_inf_covariate_in_a_plain_memmap_is_refused(tmp_path):
+    X, y = _data()
+    X = X.copy()
+    X[2999, 0] = np.inf
+    path = tmp_path / "X.npy"
+    np.save(path, X)
+    Xm = np.load(path, mmap_mode="r")  # a plain memmap, not pms.out_of_core.rows
+    with _logistic(Xm, y), pytest.raises(pms.InvalidDataError,
+                                         match=r"NaN or infinite value in row 2999 .*inf"):
+        pms.ScalableMH()
+
+
+# ---------------------------------------------------------------- empty data
+@pytest.mark.parametrize("step", STEPS, ids=STEP_IDS)
+def test_zero_rows_are_refused(step):
+    X, y = _data()
+    with _logistic(X[:0], y[:0]), pytest.raises(pms.ModelNotSupportedError,
+                                                match="'y' has 0 rows"):
+        step()
+
+
+@pytest.mark.parametrize("step", STEPS, ids=STEP_IDS)
+def test_zero_columns_are_refused(step):
+    X, y = _data()
+    with _logistic(X[:, :0], y), pytest.raises(ValueError,
+                                               match="'b' have no elements .*0 columns"):
+        step()
+
+
+# ---------------------------------------------------------------- integer observations in pm.Data
+def _int_data_model(X, y, *, dims):
+    coords = {"obs": np.arange(len(y))} if dims else None
+    with pm.Model(coords=coords) as model:
+        y_obs = pm.Data("y_obs", y.astype("int64"), dims="obs" if dims else None)
+        b = pm.Normal("b", 0.0, 1.0, shape=X.shape[1])
+        pm.Bernoulli("y", logit_p=pt.as_tensor(X) @ b, observed=y_obs,
+                     dims="obs" if dims else None)
+    return model
+
+
+@pytest.mark.parametrize("dims", [True, False], ids=["dims", "no_dims"])
+@pytest.mark.parametrize("step", STEPS, ids=STEP_IDS)
+def test_integer_observations_in_pm_data_are_accepted(step, dims):
+    X, y = _data()
+    with _int_data_model(X, y, dims=dims):
+        s = step()
+    assert s.n_rows == len(y)
+
+
+@pytest.fixture(scope="module")
+def int_data_reference():
+    """NUTS on the integer-pm.Data model (the reference), 2 x 1,000 draws."""
+    X, y = _data(n=2000, d=2, seed=5)
+    model = _int_data_model(X, y, dims=True)
+    with model:
+        idata = pm.sample(draws=1000, tune=500, chains=2, cores=1, random_seed=11,
+                          progressbar=False, compute_convergence_checks=False)
+    return model, posterior(idata)["b"].values
+
+
+def _matches_nuts(draws, ref):
+    """The largest z-score of the differences of the means and of the sds."""
+    z = []
+    for j in range(ref.shape[-1]):
+        a, b = draws[..., j], ref[..., j]
+        z.append(abs(a.mean() - b.mean()) / np.hypot(mcse_mean(a), mcse_mean(b)))
+        z.append(abs(a.std() - b.std()) / np.hypot(mcse_sd(a), mcse_sd(b)))
+    return max(z)
+
+
+@pytest.mark.parametrize("step", [pms.ScalableMH, pms.AustereMH], ids=["ScalableMH", "AustereMH"])
+def test_integer_observations_in_pm_data_match_nuts(int_data_reference, step):
+    model, ref = int_data_reference
+    with model:
+        s = step()
+    idata = run_sample(model, s, draws=1500, tune=500, chains=2, seed=3)
+    assert _matches_nuts(posterior(idata)["b"].values, ref) < 4.5
+
+
+class _AustereAcceptingEveryProposal(pms.AustereMH):
+    """A deliberately broken sampler (with a random walk, which then only diffuses). The
+    default proposals are no mutants here: accepted always, they sample the
+    Laplace approximation, which this posterior (N = 2,000) is close to."""
+
+    def _decide(self, q, q_prop, log_prior_ratio, log_qratio):
+        _, stats = super()._decide(q, q_prop, log_prior_ratio, log_qratio)
+        return True, stats
+
+
+def test_integer_pm_data_check_catches_a_sampler_that_accepts_every_proposal(
+        int_data_reference):
+    model, ref = int_data_reference
+    with model:
+        s = _AustereAcceptingEveryProposal(proposal="random_walk")
+    idata = run_sample(model, s, draws=1500, tune=500, chains=2, seed=3)
+    assert _matches_nuts(posterior(idata)["b"].values, ref) > 4.5
+
+
+def test_float_observations_in_pm_data_for_a_bernoulli_are_accepted():
+    """Another cast PyMC inserts: float 0/1 data observed by a discrete likelihood."""
+    X, y = _data()
+    with pm.Model():
+        y_obs = pm.Data("y_obs", y.astype("float64"))
+        b = pm.Normal("b", 0.0, 1.0, shape=3)
+        pm.Bernoulli("y", logit_p=pt.as_tensor(X) @ b, observed=y_obs)
+        assert pms.ScalableMH().n_rows == len(y)
+
+
+# ---------------------------------------------------------------- SGLD that diverges
+def test_sgld_that_diverges_stops_naming_the_step_size():
+    X, y = _data()
+    model = _logistic(X, y)
+    with model:
+        s = pms.SGLD(step_size=1e6, precondition=False)
+    with pytest.raises(pms.SGLDDivergenceError, match=r"h = 1e\+06.*Lower step_size"):
+        run_sample(model, s, draws=50, tune=50, chains=1, seed=1)
+
+
+def test_sgld_preconditioned_step_size_above_4_is_refused():
+    X, y = _data()
+    with _logistic(X, y), pytest.raises(ValueError, match="unstable for h >= 4"):
+        pms.SGLD(step_size=4.0)
+
+
+# ---------------------------------------------------------------- arguments
+def test_duplicated_vars_are_refused():
+    X, y = _data()
+    with _logistic(X, y) as model, pytest.raises(ValueError, match="'b' more than once"):
+        pms.ScalableMH(vars=[model["b"], model["b"]])
+
+
+@pytest.mark.parametrize("delta", [np.inf, 5.0, 0.5])
+def test_barker_delta_out_of_range_is_refused(delta):
+    X, y = _data()
+    with _logistic(X, y), pytest.raises(ValueError, match="delta must be"):
+        pms.BarkerMinibatch(delta=delta)
+
+
+@pytest.mark.parametrize("max_memory", ["x", -1, 0, np.inf])
+def test_sgld_max_memory_must_be_a_number_of_bytes(max_memory):
+    X, y = _data()
+    with _logistic(X, y), pytest.raises(ValueError, match="max_memory must be a positive "
+                                                         "number of bytes"):
+        pms.SGLD(gradient="saga", max_memory=max_memory)
