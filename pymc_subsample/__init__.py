@@ -17,6 +17,7 @@ _LAZY = {
     "ModelNotSupportedError": "pymc_subsample.engine",
     "InvalidDataError": "pymc_subsample.engine",
     "BoundViolationError": "pymc_subsample.kernels.thinning",
+    "DataFileChangedError": "pymc_subsample.out_of_core",
     "AustereMH": "pymc_subsample.steps.austere",
     "BarkerMinibatch": "pymc_subsample.steps.barker",
     "ScalableMH": "pymc_subsample.steps.scalable",

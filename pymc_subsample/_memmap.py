@@ -25,7 +25,7 @@ import pickle
 import cloudpickle
 import numpy as np
 
-__all__ = ["file_backing", "is_file_backed", "dumps", "loads"]
+__all__ = ["file_backing", "is_file_backed", "mapped_range", "dumps", "loads"]
 
 #: file modes whose mapping is shared with the file (re-opened with these modes)
 _SHARED_MODES = {"r": "r", "r+": "r+", "readwrite": "r+", "w+": "r+", "write": "r+",
@@ -61,24 +61,61 @@ def file_backing(arr) -> tuple | None:
         range ``[start, start + length)`` of the file that the array spans, the array's
         offset in that range, and what :func:`_reopen` needs to rebuild it.
     """
+    span = _span(arr)
+    if span is None:
+        return None
+    root, start, lo = span
+    filename, mode = getattr(root, "filename", None), getattr(root, "mode", None)
+    if filename is None or mode not in _SHARED_MODES or not os.path.exists(filename):
+        return None
+    return (filename, _SHARED_MODES[mode], start, _span_length(arr), _address(arr) - lo,
+            arr.dtype, arr.shape, arr.strides, type(arr))
+
+
+def _span_length(arr: np.ndarray) -> int:
+    """Bytes from the lowest to one past the highest byte of ``arr``'s elements."""
+    length = arr.itemsize
+    for n, s in zip(arr.shape, arr.strides):
+        length += (n - 1) * abs(s)
+    return length
+
+
+def _span(arr):
+    """``(root map, first byte in the file, lowest address)`` of a mapped array, or None."""
     if not isinstance(arr, np.ndarray) or arr.size == 0:
         return None
     root = _root_map(arr)
     if root is None:
         return None
-    filename, mode = getattr(root, "filename", None), getattr(root, "mode", None)
-    if filename is None or mode not in _SHARED_MODES or not os.path.exists(filename):
-        return None
-    lo = hi = _address(arr)
-    for n, s in zip(arr.shape, arr.strides):  # the byte range the array's elements span
+    lo = _address(arr)
+    for n, s in zip(arr.shape, arr.strides):  # the lowest byte the array's elements use
         if s < 0:
             lo += (n - 1) * s
-        else:
-            hi += (n - 1) * s
-    hi += arr.itemsize
-    start = int(root.offset) + (lo - _address(root))
-    return (filename, _SHARED_MODES[mode], start, hi - lo, _address(arr) - lo,
-            arr.dtype, arr.shape, arr.strides, type(arr))
+    return root, int(getattr(root, "offset", 0) or 0) + (lo - _address(root)), lo
+
+
+def mapped_range(arr) -> tuple[str, int, int] | None:
+    """The file a memory-mapped array reads and the bytes it needs from it, in any map
+    mode (copy-on-write ``"c"`` too: its unwritten pages still read the file).
+
+    Parameters
+    ----------
+    arr : object
+
+    Returns
+    -------
+    tuple or None
+        ``(filename, start, stop)``: the array's elements lie in bytes ``[start, stop)``
+        of ``filename``; None for an array not backed by a named file.
+    """
+    span = _span(arr)
+    if span is None:
+        return None
+    root, start, _ = span
+    filename = getattr(root, "filename", None)
+    if filename is None:
+        return None
+    return os.fspath(filename), start, start + _span_length(arr)
 
 
 def is_file_backed(arr) -> bool:

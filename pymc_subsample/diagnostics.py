@@ -129,9 +129,10 @@ def data_usage_summary(idata, *, n_rows: int | None = None, quantiles=(0.05, 0.5
     idata : arviz.InferenceData or xarray.DataTree
         A result of ``pm.sample`` with one of this package's steps.
     n_rows : int, optional
-        ``N``, to express usage as a fraction of the data (``data_used / N``).
+        ``N``, to express usage as a fraction of the data (``data_used / N``); a
+        positive integer.
     quantiles : sequence of float
-        Quantiles of ``data_used`` per draw to report.
+        Quantiles of ``data_used`` per draw to report, each in ``[0, 1]``.
 
     Returns
     -------
@@ -140,6 +141,13 @@ def data_usage_summary(idata, *, n_rows: int | None = None, quantiles=(0.05, 0.5
         ``q50``, ...), ``total`` rows touched, ``accept_rate``, ``fallback_rate`` (share
         of steps decided on all the data: ScalableMH's ``fallback`` or the sequential
         tests' ``exact``) and, with ``n_rows``, ``mean_fraction``.
+
+    Raises
+    ------
+    ValueError
+        ``n_rows`` is not a positive integer, or a quantile lies outside ``[0, 1]``.
+    KeyError
+        The result has no ``data_used`` stat (not sampled with this package's steps).
 
     Notes
     -----
@@ -152,6 +160,7 @@ def data_usage_summary(idata, *, n_rows: int | None = None, quantiles=(0.05, 0.5
     """
     import pandas as pd
 
+    n_rows, quantiles = _check_usage_args(n_rows, quantiles)
     stats = get_group(idata, "sample_stats")
     used = _stat(stats, "data_used")
     if used is None:
@@ -183,10 +192,40 @@ def data_usage_summary(idata, *, n_rows: int | None = None, quantiles=(0.05, 0.5
         if fb is not None:
             f = fb.values.reshape(-1) if label == "all" else fb.sel(chain=label).values
             row["fallback_rate"] = float(np.mean(f))
-        if n_rows:
+        if n_rows is not None:
             row["mean_fraction"] = row["mean"] / float(n_rows)
         rows.append(row)
     return pd.DataFrame(rows).set_index("chain")
+
+
+def _check_usage_args(n_rows, quantiles):
+    """``n_rows`` (None or a positive integer) and ``quantiles`` (numbers in [0, 1]) of
+    :func:`data_usage_summary`, checked."""
+    import numbers
+
+    if n_rows is not None:
+        if (isinstance(n_rows, bool) or not isinstance(n_rows, numbers.Real)
+                or n_rows != int(n_rows) or n_rows < 1):
+            raise ValueError(
+                "data_usage_summary: n_rows must be the number of data rows N, a positive "
+                f"integer (or None to leave out mean_fraction), got {n_rows!r}.")
+        n_rows = int(n_rows)
+    if isinstance(quantiles, (str, bytes)) or np.ndim(quantiles) > 1:
+        raise ValueError(
+            "data_usage_summary: quantiles must be a number or a sequence of numbers in "
+            f"[0, 1], got {quantiles!r}.")
+    try:
+        qs = [float(q) for q in np.atleast_1d(quantiles)]
+    except (TypeError, ValueError) as err:
+        raise ValueError(
+            "data_usage_summary: quantiles must be a number or a sequence of numbers in "
+            f"[0, 1], got {quantiles!r}.") from err
+    bad = [q for q in qs if not 0.0 <= q <= 1.0]  # NaN fails too
+    if bad:
+        raise ValueError(
+            f"data_usage_summary: quantiles must lie in [0, 1] (0.05 for the 5% quantile), "
+            f"got {bad}.")
+    return n_rows, qs
 
 
 def audit_summary(idata):

@@ -15,17 +15,25 @@ in-memory copy of all ``N`` rows. :func:`observed` hands PyMC the file instead.
   also points PyMC's record of the observations at the file
   (:func:`keep_observations_on_disk`), so ``observed_data`` in the returned
   ``InferenceData`` / ``DataTree`` is the memory map, not a copy.
+- :class:`DataFileWatcher` records the identity of each data file when a step is built
+  (:func:`file_identity`: size, modification time, inode, a digest of spread blocks) and
+  checks it when a chain starts and before every draw; a file written, replaced or
+  truncated since raises :class:`DataFileChangedError` instead of a wrong posterior or
+  a ``SIGBUS``.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import tempfile
 import warnings
+from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["open_rows", "rows", "observed", "keep_observations_on_disk"]
+__all__ = ["open_rows", "rows", "observed", "keep_observations_on_disk",
+           "DataFileChangedError"]
 
 _CHUNK = 1 << 20
 
@@ -62,22 +70,27 @@ def open_rows(source, *, dtype=None, path=None, chunk: int = _CHUNK) -> np.memma
     -------
     numpy.memmap
         Read-only, file-backed: rows are read from disk when used.
+
+    Raises
+    ------
+    FileNotFoundError
+        No file or directory at the path.
+    ValueError
+        An ``.npy`` file shorter than its header says (truncated) or with a damaged
+        header; a path that is neither an ``.npy`` file nor a Zarr array (a CSV file, a
+        directory without Zarr metadata, a Zarr group: its arrays are named).
+    TypeError
+        A source of another type.
     """
     arr = source
     if isinstance(source, (str, os.PathLike)):
         p = os.fspath(source)
         if not os.path.exists(p):
             raise FileNotFoundError(f"open_rows: no such file or store: {p!r}.")
-        if p.endswith(".npy"):
-            arr = np.load(p, mmap_mode="r")
+        if p.endswith(".npy") or (os.path.isfile(p) and _has_npy_magic(p)):
+            arr = _load_npy(p)
         else:
-            try:
-                import zarr
-            except ImportError as err:  # pragma: no cover - zarr is in the [dask] extra
-                raise ImportError(
-                    f"open_rows: {p!r} is not an .npy file; reading a Zarr store needs "
-                    "zarr: pip install 'pymc-subsample[dask]'.") from err
-            arr = zarr.open_array(p, mode="r")
+            arr = _open_zarr(p)
     if not (isinstance(arr, np.ndarray) or _is_sliceable(arr)):
         raise TypeError(
             "open_rows: source must be a path to an .npy file or a Zarr store, a NumPy "
@@ -88,6 +101,85 @@ def open_rows(source, *, dtype=None, path=None, chunk: int = _CHUNK) -> np.memma
     if isinstance(arr, np.memmap) and arr.dtype == want and getattr(arr, "filename", None):
         return arr
     return _copy_to_npy(arr, want, path, chunk)
+
+
+#: what :func:`open_rows` accepts, for the messages
+_ACCEPTED = ("a path to an .npy file, a numpy.memmap or NumPy array, a Zarr array, or the "
+             "path of a Zarr array store (a directory with a Zarr array's metadata)")
+
+
+def _has_npy_magic(path: str) -> bool:
+    with open(path, "rb") as f:
+        return f.read(6) == b"\x93NUMPY"
+
+
+def _load_npy(path: str) -> np.memmap:
+    """``np.load(path, mmap_mode="r")``, with errors that name the file: a header that
+    does not parse, or a file shorter than its header says (truncated)."""
+    try:
+        return np.load(path, mmap_mode="r")
+    except (ValueError, OSError, EOFError) as err:
+        detail = _npy_size_problem(path)
+        raise ValueError(
+            f"open_rows: {path!r} is truncated or damaged: "
+            f"{detail or f'NumPy cannot map it ({type(err).__name__}: {err})'}. Write the "
+            f"file again with numpy.save (or give another source: {_ACCEPTED}).") from err
+
+
+def _npy_size_problem(path: str) -> str | None:
+    """What is wrong with the size of an ``.npy`` file, from its header (None when the
+    header does not parse or the size is right)."""
+    fmt = np.lib.format
+    try:
+        with open(path, "rb") as f:
+            version = fmt.read_magic(f)
+            read = fmt.read_array_header_1_0 if version == (1, 0) else fmt.read_array_header_2_0
+            shape, _, dtype = read(f)
+            offset = f.tell()
+    except Exception:  # an unknown version or a damaged header: NumPy's message says it
+        return None
+    need = offset + int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    size = os.path.getsize(path)
+    if size >= need:
+        return None
+    return (f"its header describes an array of shape {tuple(shape)} and dtype {dtype} "
+            f"({need:,} bytes with the header) but the file holds {size:,} bytes")
+
+
+def _open_zarr(path: str):
+    """The Zarr array stored at ``path``, or an error saying what ``path`` is and what
+    :func:`open_rows` accepts."""
+    kind = "directory" if os.path.isdir(path) else "file"
+    ext = os.path.splitext(path)[1].lower()
+    hint = ""
+    if ext in (".csv", ".tsv", ".txt", ".parquet", ".feather", ".h5", ".hdf5"):
+        hint = (f" To use a {ext} file, read it once (e.g. pandas or numpy.loadtxt) and "
+                "save the rows with numpy.save, or write them into a Zarr array.")
+    try:
+        import zarr
+    except ImportError as err:  # pragma: no cover - zarr is in the [dask] extra
+        raise ImportError(
+            f"open_rows: {path!r} is not an .npy file; reading a Zarr store needs "
+            "zarr: pip install 'pymc-subsample[dask]'.") from err
+    try:
+        return zarr.open_array(path, mode="r")
+    except Exception as err:  # zarr's errors differ between versions
+        arrays = []
+        if kind == "directory":
+            try:
+                group = zarr.open_group(path, mode="r")
+                arrays = sorted(name for name, _ in group.arrays())
+            except Exception:
+                arrays = []
+        if arrays:
+            raise ValueError(
+                f"open_rows: {path!r} is a Zarr group, not an array; give the path of one "
+                f"of its arrays, e.g. {os.path.join(path, arrays[0])!r} (arrays: "
+                f"{', '.join(arrays)}).") from err
+        raise ValueError(
+            f"open_rows: {path!r} is a {kind} that is neither an .npy file nor a Zarr "
+            f"array store ({type(err).__name__}: {err}). Accepted sources: {_ACCEPTED}."
+            f"{hint}") from err
 
 
 def _copy_to_npy(arr, dtype, path, chunk) -> np.memmap:
@@ -287,3 +379,231 @@ def _casts_are_identity(data, dtypes) -> bool:
         if not np.array_equal(back.astype(block.dtype), block):
             return False
     return True
+
+
+# ---------------------------------------------------------------------------------------
+# Files that change on disk after a step was built
+# ---------------------------------------------------------------------------------------
+
+
+class DataFileChangedError(ValueError):
+    """A data file changed on disk (written, truncated, replaced or deleted) after a step
+    that reads it was built.
+
+    A step computes sums, bounds and a Gaussian fit from the data when it is built and
+    reads rows from the file while it samples; on a changed file it would sample a wrong
+    posterior, or crash on rows past the end of a truncated file. Rebuild the data
+    (:func:`rows`) and the step once the file is final.
+
+    Attributes
+    ----------
+    path : str or None
+        The file.
+    variable : str or None
+        The model's data that the file holds (the names the step gives its row data).
+    """
+
+    def __init__(self, message: str, *, path: str | None = None, variable: str | None = None):
+        super().__init__(message)
+        self.path = path
+        self.variable = variable
+
+
+@dataclass(frozen=True)
+class FileIdentity:
+    """What a memory-mapped file looked like: enough to tell that it changed.
+
+    Attributes
+    ----------
+    path : str
+    size, mtime_ns, inode : int
+        From ``os.stat``: size in bytes, modification time in nanoseconds, inode (a file
+        replaced under the same name has another).
+    start, stop : int
+        The bytes ``[start, stop)`` that the mapped arrays read (the ``.npy`` header
+        excluded).
+    digest : str
+        A digest of :data:`DIGEST_BLOCKS` blocks of bytes spread evenly over
+        ``[start, stop)`` (first and last included): O(1) in the file's size.
+    """
+
+    path: str
+    size: int
+    mtime_ns: int
+    inode: int
+    start: int
+    stop: int
+    digest: str
+
+    @property
+    def stat_key(self) -> tuple[int, int, int]:
+        """``(size, mtime_ns, inode)``, compared with ``os.stat`` during sampling."""
+        return (self.size, self.mtime_ns, self.inode)
+
+
+#: blocks of bytes read for a file's digest, and their size
+DIGEST_BLOCKS, DIGEST_BLOCK_BYTES = 64, 256
+
+
+def _file_digest(path: str, start: int, stop: int) -> str:
+    """A digest of :data:`DIGEST_BLOCKS` blocks spread over bytes ``[start, stop)`` of
+    ``path``, read with ``os.pread`` (not through a memory map: a read past the end of
+    the file returns fewer bytes instead of raising ``SIGBUS``)."""
+    h = hashlib.blake2b(digest_size=16)
+    block = max(1, min(DIGEST_BLOCK_BYTES, stop - start))
+    offsets = np.unique(np.linspace(start, max(start, stop - block), DIGEST_BLOCKS)
+                        .astype(np.int64))
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        for off in offsets:
+            h.update(os.pread(fd, block, int(off)))
+    finally:
+        os.close(fd)
+    return h.hexdigest()
+
+
+def file_identity(arr) -> FileIdentity | None:
+    """The identity of the file a memory-mapped array reads, now.
+
+    Parameters
+    ----------
+    arr : object
+        A ``numpy.memmap`` (from ``np.load(path, mmap_mode=...)``, :func:`open_rows` or
+        :func:`rows`' ``.data``), or a view of one, in any map mode.
+
+    Returns
+    -------
+    FileIdentity or None
+        None for an array not read from a named file (in memory, not an array, or a
+        file that no longer exists under its name).
+    """
+    from ._memmap import mapped_range
+
+    where = mapped_range(arr)
+    if where is None:
+        return None
+    path, start, stop = where
+    try:
+        st = os.stat(path)
+    except OSError:  # the file is gone (an unlinked temporary file): nothing to watch
+        return None
+    return FileIdentity(path, st.st_size, st.st_mtime_ns, st.st_ino, start, stop,
+                        _file_digest(path, start, stop))
+
+
+class DataFileWatcher:
+    """Tells whether the files behind a step's row data changed since it was built.
+
+    Built with the step (``SubsampleStep._remember_data``) from the engine's row-data
+    arrays; arrays on the same file share one entry. Holds paths and numbers only, so it
+    pickles with the step to spawn / forkserver workers and checks there the files that
+    the worker maps again.
+
+    - :meth:`check_stat`, before every draw reads rows: one ``os.stat`` per file (about
+      3 us), compared on size, modification time (ns) and inode.
+    - :meth:`check`, when a chain starts: the same, plus the digest of spread blocks
+      (catches writes that left the time stamp alone, e.g. within its resolution).
+
+    Parameters
+    ----------
+    named_arrays : iterable of (str, array)
+        The step's row data: ``(name, array)``; arrays not read from a file are skipped.
+    owner : str
+        Who reads the files (the step's class name), for the messages.
+
+    Notes
+    -----
+    ``SIGBUS`` (a read through a memory map past the end of a file that shrank) cannot
+    be turned into a Python exception safely: a Python signal handler only runs after
+    the faulting instruction, which repeats. The check before each draw is the defence,
+    so a file truncated between two draws raises :class:`DataFileChangedError`; a
+    truncation that races a single draw (after its check, before its reads) can still
+    end the process with ``SIGBUS``. The rows are not copied for safety: do not write to
+    a data file while a step samples from it.
+    """
+
+    def __init__(self, named_arrays, owner: str = "the step"):
+        self.owner = owner
+        entries: dict[str, list] = {}
+        for name, arr in named_arrays:
+            ident = file_identity(arr)
+            if ident is None:
+                continue
+            entry = entries.setdefault(ident.path, [[], ident])
+            if name not in entry[0]:
+                entry[0].append(name)
+            old = entry[1]
+            if (ident.start, ident.stop) != (old.start, old.stop):  # the union of the spans
+                start, stop = min(ident.start, old.start), max(ident.stop, old.stop)
+                entry[1] = FileIdentity(old.path, old.size, old.mtime_ns, old.inode, start,
+                                        stop, _file_digest(old.path, start, stop))
+        #: ``[(names, FileIdentity)]``, one per file
+        self.entries = [(tuple(names), ident) for names, ident in entries.values()]
+        self._paths = [(ident.path, ident.stat_key) for _, ident in self.entries]
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    @property
+    def paths(self) -> list[str]:
+        """The files watched."""
+        return [p for p, _ in self._paths]
+
+    def check_stat(self) -> None:
+        """Raise :class:`DataFileChangedError` if a file's size, modification time or
+        inode changed, or it is gone: one ``os.stat`` per file, O(1) in its size.
+
+        Raises
+        ------
+        DataFileChangedError
+        """
+        for k, (path, key) in enumerate(self._paths):
+            try:
+                st = os.stat(path)
+            except OSError:
+                self._raise(k, None)
+            if (st.st_size, st.st_mtime_ns, st.st_ino) != key:
+                self._raise(k, st)
+
+    def check(self) -> None:
+        """:meth:`check_stat`, then the digest of each file's spread blocks.
+
+        Raises
+        ------
+        DataFileChangedError
+        """
+        self.check_stat()
+        for k, (_, ident) in enumerate(self.entries):
+            try:
+                digest = _file_digest(ident.path, ident.start, ident.stop)
+            except OSError:
+                self._raise(k, None)
+            if digest != ident.digest:
+                self._raise(k, os.stat(ident.path), "its contents changed (a digest of "
+                            "rows spread over the file differs)")
+
+    def _raise(self, k: int, st, reason: str | None = None):
+        names, ident = self.entries[k]
+        what = ", ".join(repr(n) for n in names)
+        raise DataFileChangedError(
+            f"{self.owner}: the data file {ident.path!r} (the model's data {what}) "
+            f"{reason or self._reason(st, ident)} since the step was built. The step "
+            "computed its sums, bounds and Gaussian fit from the file as it was and reads "
+            "rows from it while sampling, so it would sample a wrong posterior: once the "
+            "file is final, open it again (pms.out_of_core.rows(path)) and build the model "
+            "and the step again; do not write to a data file while a step uses it.",
+            path=ident.path, variable=what)
+
+    @staticmethod
+    def _reason(st, ident: FileIdentity) -> str:
+        """What changed, from the file's ``os.stat`` now (None: it is gone)."""
+        if st is None:
+            return "was deleted or moved"
+        if st.st_size < ident.stop:
+            return (f"shrank to {st.st_size:,} bytes (truncated?) while the data need "
+                    f"{ident.stop:,}; reading its rows would crash the process (SIGBUS)")
+        if st.st_ino != ident.inode:
+            return "was replaced by another file of the same name"
+        if st.st_size != ident.size:
+            return f"changed size ({ident.size:,} -> {st.st_size:,} bytes)"
+        return "was written to (its modification time changed)"

@@ -59,7 +59,8 @@ class configure:
     client : dask.distributed.Client, optional
         Run the passes on this client's workers instead (a ``LocalCluster`` or
         ``Client("scheduler-address")``). The workers must be able to open the data
-        files at the same paths.
+        files at the same paths, and the client must stay open while steps are built
+        (a closed one raises ``ValueError`` here, ``RuntimeError`` at a pass).
     scheduler : {"threads", "sync"}, optional
         ``"sync"`` runs every chunk in the calling thread (no Dask needed).
     wave : int, optional
@@ -80,6 +81,7 @@ class configure:
                 raise TypeError(
                     "passes.configure: client must be a dask.distributed.Client, got "
                     f"{type(client).__name__}.")
+            _check_open(client, "passes.configure", ValueError)
             new["client"] = client
         if scheduler is not None:
             if scheduler not in _SCHEDULERS:
@@ -127,8 +129,29 @@ def _backend() -> str:
     return "dask-threads"
 
 
+#: ``Client.status`` of a client that can no longer run tasks
+_CLOSED_STATUS = ("closing", "closed", "failed")
+
+
+def _check_open(client, where: str, error=RuntimeError) -> None:
+    """Raise ``error`` saying what to do when ``client`` is closed (its ``status``; a
+    closed client would fail later with an ``AttributeError`` of ``NoneType`` or
+    ``IOLoop is closed``)."""
+    status = getattr(client, "status", None)
+    status = getattr(status, "name", status)  # a str, or an enum in some versions
+    if status in _CLOSED_STATUS:
+        raise error(
+            f"{where}: the dask.distributed client {client!r} is {status} and cannot run "
+            "the passes over the data. Configure an open one, "
+            "pms.passes.configure(client=Client(...)), and keep it open until the steps "
+            "are built; use configure as a context manager (with pms.passes.configure("
+            "client=...): ...) so that the client setting ends with the block and the "
+            "passes go back to Dask's threads.")
+
+
 def _workers() -> int:
     if _config["client"] is not None:
+        _check_open(_config["client"], "passes")
         n = len(_config["client"].scheduler_info().get("workers", {}))
         return max(n, 1)
     return _config["num_workers"] or os.cpu_count() or 1
@@ -203,6 +226,7 @@ def _distributed_runner(fn, client):
     sent to every worker, which unpickles it once and keeps it."""
     from . import _memmap
 
+    _check_open(client, "passes")
     blob = _memmap.dumps(fn)
     key = hashlib.sha1(blob).hexdigest()
     [blob_future] = client.scatter([blob], broadcast=True, hash=False)

@@ -103,12 +103,11 @@ class LikelihoodEngine(BatchFunctions):
         self._compiled = {}
         self.ndim = int(sum(np.prod(point[v.name].shape, dtype=int) for v in self.vars))
         if check:
-            names = [rv.name for rv in model.observed_RVs]
-            loglik = lambda q, rows: self._call_rarely("ll", q, *self.gather(rows))  # noqa: E731
             # the data first: a NaN covariate makes PyMC's parameter checks (one switch
             # over the whole batch) fail every row of a batch that holds it
             self.check_rows(self.initial_q())
-            check_factorises(loglik, self.n_rows, self.initial_q(), names)
+            check_factorises(self.loglik, self.n_rows, self.initial_q(),
+                             [rv.name for rv in model.observed_RVs])
 
     def check_rows(self, q, *, chunk: int = 65536):
         """One pass over all rows (:meth:`map_rows`) that refuses data the steps cannot
@@ -129,11 +128,9 @@ class LikelihoodEngine(BatchFunctions):
         probes = np.random.default_rng(2468).choice(self.n_rows, size=min(self.n_rows, 4),
                                                     replace=False)
         found = RowScan(self.rows, probes)
-        try:  # the FAST_COMPILE function: no C compile for a set-up pass
-            f = self._fn("ll", fast_compile=True)
-            f(np.asarray(q, dtype=np.float64), *self.gather(probes[:1]))
-        except Exception:  # noqa: BLE001 - the C-compiled function is the reference
-            f = self._fn("ll")
+        # the C-compiled function (also that of the factorisation check): FAST_COMPILE's
+        # Python implementations ran this pass 25x slower (float32 covariates)
+        f = self._fn("ll")
         q = np.asarray(q, dtype=np.float64)
 
         def one_chunk(start, stop):
@@ -144,8 +141,7 @@ class LikelihoodEngine(BatchFunctions):
 
         self.map_rows(one_chunk, lambda start, stop, rec: found.add(rec), chunk)
         found.raise_if_bad(names)
-        found.check_probes(lambda q_, rows: self._call_rarely("ll", q_, *self.gather(rows)),
-                           q, names)
+        found.check_probes(self.loglik, q, names)
 
     # ------------------------------------------------------------------ model expressions
     def to_batch(self, outputs):

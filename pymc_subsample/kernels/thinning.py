@@ -44,8 +44,9 @@ class BoundViolationError(ValueError):
     Poisson thinning (Algorithm 1) is only valid when every factor satisfies
     ``lambda_i(theta, theta') <= phi(theta, theta') * psi_i``. A violation means the
     bound constants ``psi_i`` (``Ubar_{k,i}``), the expansion point ``theta_hat`` and its
-    derivatives, or the remainder function disagree; continuing would sample a wrong
-    posterior, so the test stops.
+    derivatives, or the remainder function disagree (bounds or a centre given by hand,
+    or data changed after the step computed its bounds from them); continuing would
+    sample a wrong posterior, so the test stops.
 
     Attributes
     ----------
@@ -71,9 +72,13 @@ class BoundViolationError(ValueError):
             f"lambda = {self.lam!r} > phi * psi = {self.phi!r} * {self.psi!r} = "
             f"{self.bound!r} (ratio {ratio:.6g}). The bound constants psi_i (Ubar_{{k,i}}, "
             "bounds on the (k+1)-th derivatives of U_i) are invalid for this model, or "
-            "theta_hat / its Taylor coefficients do not match the remainder function. "
-            "Scalable MH would not sample the posterior; fix the bounds (or fall back to "
-            "full-data MH)."
+            "theta_hat / its Taylor coefficients do not match the remainder function, and "
+            "Scalable MH would not sample the posterior. Likely causes: (1) the data changed "
+            "after the step was built (a data file written, truncated or replaced on disk, "
+            "an array modified in place): build the step again on the final data; "
+            "(2) bounds= or center= given by hand that do not hold for this model: fix "
+            "them or use bounds='auto'; (3) a model outside the families whose bounds "
+            "ScalableMH derives: fall back to full-data MH."
         )
 
     def __reduce__(self):

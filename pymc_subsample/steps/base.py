@@ -276,9 +276,19 @@ class SubsampleStep(ChainState, ArrayStepShared):
     #: whether the step keeps sums, bounds or fits computed from the data at construction
     #: (then a later pm.set_data must be refused, not sampled with stale sums)
     keeps_data_sums = True
+    #: the files behind file-backed rows (set by :meth:`_remember_data`)
+    _data_files = None
 
     def _remember_data(self):
-        """Record what the data looked like when the step's sums were computed."""
+        """Record what the data looked like when the step's sums were computed: the
+        files behind file-backed rows (every step, since all read rows from them while
+        sampling: :class:`~pymc_subsample.out_of_core.DataFileWatcher`) and, for a step
+        that keeps sums, the data's fingerprint."""
+        from ..out_of_core import DataFileWatcher
+
+        self._data_files = DataFileWatcher(
+            zip([r.name for r in self.engine.rows], self.engine.data_arrays()),
+            owner=type(self).__name__)
         if not self.keeps_data_sums:
             return
         self._data_fingerprint = self.engine.data_fingerprint()
@@ -291,7 +301,14 @@ class SubsampleStep(ChainState, ArrayStepShared):
         (``pm.set_data`` always installs a new array, even with equal values); in a
         worker that unpickled the step (``mp_ctx="spawn"`` / ``"forkserver"``) identities
         are lost, and the shapes and a digest of 65,536 evenly spread rows are compared.
+
+        First, in any step, the files behind file-backed rows are compared with what they
+        were when the step was built (size, modification time, inode and a digest of
+        spread blocks); a file written, truncated or replaced since raises
+        :class:`~pymc_subsample.out_of_core.DataFileChangedError`.
         """
+        if self._data_files is not None:
+            self._data_files.check()
         if not self.keeps_data_sums:
             return
         refs = getattr(self, "_data_refs", None)
@@ -388,6 +405,8 @@ class SubsampleStep(ChainState, ArrayStepShared):
         discarded); the kernel is unchanged. Without tuning the chain starts where PyMC
         puts it.
         """
+        if self._data_files is not None:
+            self._data_files.check_stat()  # files unchanged? (os.stat, before rows are read)
         if self._start_pending:
             self._start_pending = False
             if self.tune and self.init == "laplace" and self._laplace_mean is not None:
