@@ -145,6 +145,9 @@ class SubsampleStep(ChainState, ArrayStepShared):
         self._check_continuous(vars, model)
         shared = make_shared_replacements(initial_point, vars, model)
         self.engine = LikelihoodEngine(model, vars, shared, compile_kwargs=compile_kwargs)
+        # before the set-up passes read the data: a file changed while they run is then
+        # caught when a chain starts
+        self._remember_data()
         self.n_rows = self.engine.n_rows
         self.ndim = self.engine.ndim
         self.adapt = bool(tune)
@@ -156,7 +159,6 @@ class SubsampleStep(ChainState, ArrayStepShared):
         self.proposal = self._choose_proposal(proposal, scaling)
         with self.engine.showing_progress(progressbar, label=type(self).__name__):
             self._setup_proposal(scaling)
-        self._remember_data()
         super().__init__(vars, shared, blocked=blocked, rng=rng)
         self._reset_chain()
 
