@@ -403,7 +403,8 @@ def rare_events():
 def test_clt_warning_once_per_chain_on_rare_events(rare_events):
     with rare_events["model"]:
         step = AustereMH(epsilon=0.05, batch_size=300, scaling=0.05, control_variate=0)
-    idata = _sample(rare_events["model"], step, draws=40, tune=10, chains=3, cores=1,
+    # the pooled criterion gives its first verdict after CLT_MIN_TRANSITIONS = 50 kept draws
+    idata = _sample(rare_events["model"], step, draws=60, tune=10, chains=3, cores=1,
                     keep_warning_stat=True)
     found = sampler_warnings(idata, CLT_MESSAGE)
     assert [len(f) for f in found] == [1, 1, 1], found

@@ -17,7 +17,7 @@ import pytest
 from scipy import special
 
 from pymc_subsample.kernels.austere_dp import sequential_test_dp
-from pymc_subsample.kernels.austere import AustereResult, austere_test, clt_check
+from pymc_subsample.kernels.austere import AustereResult, austere_test
 from pymc_subsample.kernels.rows import RowSampler
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -269,7 +269,6 @@ def test_return_first_batch():
                        batch_size=300, return_first_batch=True)
     assert isinstance(res, AustereResult)
     assert res.first_batch.shape == (300,) and np.all(np.isin(res.first_batch, lv))
-    assert clt_check(res.first_batch, 5000)[0]
 
 
 # --------------------------------------------------------------------------------------
@@ -313,44 +312,6 @@ def test_argument_validation(kwargs, name):
     rng, f, n, o1 = (args.pop(k) for k in ("rng", "loglik_diff", "n_total", "log_ratio_o1"))
     with pytest.raises(ValueError, match=name):
         austere_test(rng, f, n, o1, **args)
-
-
-# --------------------------------------------------------------------------------------
-# CLT check
-# --------------------------------------------------------------------------------------
-def test_clt_check():
-    rng = np.random.default_rng(0)
-    ok, msg = clt_check(rng.normal(0, 1e-3, 500), 100_000)
-    assert ok and msg == ""
-    ok, _ = clt_check(rng.uniform(size=200))
-    assert ok
-    # sparse: most rows do not depend on the moved parameter
-    sparse = np.zeros(500)
-    sparse[:10] = rng.normal(0, 1, 10)
-    ok, msg = clt_check(sparse, 1_000_000)
-    assert not ok and "sparse" in msg
-    # all equal
-    ok, msg = clt_check(np.zeros(500), 1_000_000)
-    assert not ok and "zero spread" in msg
-    # one extreme outlier
-    out = rng.normal(0, 1, 500)
-    out[0] = 60.0
-    ok, msg = clt_check(out, 1_000_000)
-    assert not ok and "kurtosis" in msg
-    # strongly skewed (lognormal sigma = 2: skewness in the hundreds)
-    ok, msg = clt_check(rng.lognormal(0, 2.0, 500), 1_000_000)
-    assert not ok and ("skewness" in msg or "kurtosis" in msg)
-    # too few / non-finite / whole data set
-    assert not clt_check([1.0, 2.0])[0]
-    assert not clt_check(np.r_[rng.normal(size=50), np.inf])[0]
-    assert clt_check(np.zeros(10), 10) == (True, "")
-
-
-def test_clt_check_thresholds_documented_false_alarm_rate():
-    # Gaussian batches of 500 should essentially never be flagged.
-    rng = np.random.default_rng(1)
-    flagged = sum(not clt_check(rng.normal(size=500), 10**6)[0] for _ in range(200))
-    assert flagged == 0
 
 
 # --------------------------------------------------------------------------------------

@@ -30,7 +30,7 @@ from ._validation import check_epsilon, check_int
 from .rows import RowSampler
 from .streaming import batch_moments, merge_moments
 
-__all__ = ["AustereResult", "austere_test", "clt_check"]
+__all__ = ["AustereResult", "austere_test"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,7 +68,7 @@ class AustereResult:
         rejected defensively. The step method should warn.
     first_batch : numpy.ndarray or None
         The ``l_i`` of the first batch, when requested with ``return_first_batch=True``
-        (for :func:`clt_check`).
+        (the step pools them: :class:`~pymc_subsample.kernels.clt_error.PooledSkewness`).
     """
 
     accept: bool
@@ -163,7 +163,8 @@ def austere_test(
         ``rng``. When ``epsilon == 0`` and no sampler is given, rows are read in order
         (every row is read, so no sampling is needed).
     return_first_batch : bool, default False
-        Store the first batch's ``l_i`` in the result (for :func:`clt_check`).
+        Store the first batch's ``l_i`` in the result (for the step's pooled check of
+        the normal approximation, :mod:`pymc_subsample.kernels.clt_error`).
     fpc : bool, default True
         Apply the finite-population correction of eq. 4 (rows drawn without
         replacement). ``False`` for i.i.d. draws, e.g. the importance-sampled terms
@@ -200,7 +201,7 @@ def austere_test(
 
     A sample with zero spread (all ``l_i`` equal) and ``l_bar != mu_0`` gives ``|t| =
     inf`` and an immediate decision, as Algorithm 1 would; this is exactly the sparse-data
-    failure the paper warns about, which :func:`clt_check` flags.
+    failure the paper warns about.
     """
     if check:
         n_total = check_int("n_total", n_total, 1)
@@ -322,105 +323,3 @@ def austere_test(
                         first_batch=first,
                     )
         size = increment
-
-
-def clt_check(
-    l_first_batch,
-    n_total: int | None = None,
-    *,
-    max_skew: float = 0.1,
-    max_kurtosis: float = 0.1,
-    max_tie_fraction: float = 0.5,
-) -> tuple[bool, str]:
-    """Flag first batches on which the t-test's normal approximation looks unsafe.
-
-    Algorithm 1 treats ``t`` (eq. 5) as Student-t, which needs the CLT to hold for the
-    mean of ``n`` rows; Sec. 4 of Korattikara et al. (2014) warns that the test behaves
-    erratically for very sparse data or extreme outliers and suggests testing the CLT
-    assumption empirically before running. This check looks at the ``l_i`` of one batch
-    of ``n`` rows (typically the first batch of the first test of a chain) and flags:
-
-    * non-finite values, or fewer than 3 values;
-    * zero spread (all ``l_i`` equal): the t-test then decides from ``s = 0``;
-    * ties: more than ``max_tie_fraction`` of the values share one value (sparse data,
-      e.g. rows whose likelihood does not depend on the changed parameters);
-    * skewness of the mean: ``|g1| / sqrt(n) * |1 - 2f| / sqrt(1 - f) > max_skew``, with
-      ``g1`` the sample skewness and ``f = n / N`` (finite-population form of the
-      skewness of a without-replacement mean). By the Edgeworth expansion of the
-      studentized mean, a one-sided tail probability at the test's critical value
-      ``z`` is off by about ``skew_mean * (2 z^2 + 1) phi(z) / 6``; at the default 0.1
-      and ``epsilon = 0.05`` (``z = 1.64``) that is about 0.011, a 20 % relative error;
-    * kurtosis of the mean: ``g2 / n > max_kurtosis``, with ``g2`` the sample excess
-      kurtosis; a single outlier of 30 sd in a batch of 500 gives about 0.4 (a batch of
-      ``n`` values can show at most ``g2 ~ n``, so this catches values that dominate the
-      batch).
-
-    For a Gaussian batch of 500, ``|g1|/sqrt(n)`` is about 0.005 and ``g2/n`` about
-    0.0004, far below the thresholds.
-
-    Parameters
-    ----------
-    l_first_batch : array_like
-        The ``l_i`` of one batch.
-    n_total : int, optional
-        Number of rows ``N`` (for the finite-population factor; ``n >= N`` means the test
-        is exact and always passes).
-    max_skew, max_kurtosis, max_tie_fraction : float
-        Thresholds described above.
-
-    Returns
-    -------
-    ok : bool
-        False when any check fails.
-    message : str
-        Empty when ``ok``; otherwise a description of every failed check, joined by
-        ``"; "``, for the calling step to put into its sampler warning.
-    """
-    lv = np.asarray(l_first_batch, dtype=np.float64).ravel()
-    n = lv.size
-    if n_total is not None:
-        n_total = check_int("n_total", n_total, 1)
-        if n >= n_total:
-            return True, ""
-    f = 0.0 if n_total is None else n / n_total
-    if n < 3:
-        return False, f"only {n} l_i values: too few to check the CLT for the t-test."
-    if not np.all(np.isfinite(lv)):
-        return False, "non-finite l_i values in the batch."
-    problems = []
-    _, counts = np.unique(lv, return_counts=True)
-    tie = counts.max() / n
-    mean = lv.mean()
-    dev = lv - mean
-    var = float(np.sum(dev * dev)) / n
-    if var <= 0.0 or not np.isfinite(var):
-        problems.append(
-            "all l_i in the batch are equal (zero spread): the t-test decides from s = 0; "
-            "the data may be sparse"
-        )
-    else:
-        if tie > max_tie_fraction:
-            problems.append(
-                f"{tie:.0%} of the l_i share one value (sparse data; threshold "
-                f"{max_tie_fraction:.0%})"
-            )
-        # scipy.stats.skew(lv) and scipy.stats.kurtosis(lv) (bias=True, Fisher) give the
-        # same values (to ~1e-13 relative) but cost ~15 times as much; this runs on
-        # every transition until the check first fails.
-        g1 = float(np.mean(dev**3)) / var**1.5
-        g2 = float(np.mean(dev**4)) / var**2 - 3.0
-        skew_mean = abs(g1) / math.sqrt(n) * abs(1.0 - 2.0 * f) / math.sqrt(1.0 - f)
-        kurt_mean = g2 / n
-        if skew_mean > max_skew:
-            problems.append(
-                f"skewness of the batch mean |g1|/sqrt(n) = {skew_mean:.3g} exceeds "
-                f"{max_skew:g} (sample skewness {g1:.3g}, n = {n})"
-            )
-        if kurt_mean > max_kurtosis:
-            problems.append(
-                f"excess kurtosis of the batch mean g2/n = {kurt_mean:.3g} exceeds "
-                f"{max_kurtosis:g} (sample excess kurtosis {g2:.3g}, n = {n}): outliers"
-            )
-    if not problems:
-        return True, ""
-    return False, "; ".join(problems)

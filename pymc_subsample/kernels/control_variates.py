@@ -108,7 +108,9 @@ class VarianceCheck:
     log-likelihood (a concentrated, locally quadratic posterior). Far from the centre, or
     for multimodal or heavy-tailed rows, the residuals can vary more than the plain
     differences. The step feeds both on the first batch of each step; after ``min_steps``
-    steps :meth:`verdict` compares the summed sample variances.
+    steps :meth:`verdict` compares the variances by the median over the batches of the
+    per-batch ratio residual/plain variance, so that one extreme batch (a transition far
+    out in a funnel, say) cannot decide the verdict of a window.
 
     Parameters
     ----------
@@ -124,6 +126,7 @@ class VarianceCheck:
         self.n = 0
         self.var_plain = 0.0
         self.var_resid = 0.0
+        self._ratios = []
 
     def add(self, plain: np.ndarray, resid: np.ndarray) -> None:
         """Record one batch's plain differences and residuals (same rows)."""
@@ -134,13 +137,15 @@ class VarianceCheck:
             self.n += 1
             self.var_plain += vp
             self.var_resid += vr
+            self._ratios.append(vr / vp if vp > 0.0 else (math.inf if vr > 0.0 else 1.0))
 
     @property
     def ratio(self) -> float:
-        """Summed residual variance over summed plain variance (NaN before any batch)."""
-        if self.n == 0 or self.var_plain <= 0.0:
+        """The median over the batches of residual variance / plain variance (NaN before
+        any batch)."""
+        if self.n == 0:
             return math.nan
-        return self.var_resid / self.var_plain
+        return float(np.median(self._ratios))
 
     def verdict(self) -> bool | None:
         """True: the proxy helps; False: it does not (ratio >= 1); None: too early."""

@@ -7,11 +7,13 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from scipy import special
 
 from ..kernels.austere_design import design_austerity_test
 from ..kernels.austere_dp import sequential_test_dp
 from ..kernels._validation import check_epsilon, is_real
-from ..kernels.austere import austere_test, clt_check
+from ..kernels.austere import austere_test
+from ..kernels.clt_error import austere_clt_weight
 from .growing import GROWING_STATS, GrowingBatchStep
 from .state import acceptance_probability, setting_stats
 
@@ -112,6 +114,7 @@ class AustereMH(GrowingBatchStep):
     stats_dtypes_shapes = {
         **GROWING_STATS,
         "test_error": (np.float64, []),
+        "clt_edgeworth": (np.float64, []),
         **setting_stats(SETTINGS),
     }
 
@@ -142,6 +145,7 @@ class AustereMH(GrowingBatchStep):
             self.epsilon, self.batch_size = self.design.epsilon, self.design.batch_size
             self.batch_increment = None
         self._dp = None
+        self._crit_cache = {}  # _crit's critical values by batch size
         if self.epsilon > 0 and self.batch_size >= 2 and self.n_rows > self.batch_size:
             self._dp = sequential_test_dp(
                 self.n_rows, self.batch_size, self.epsilon, batch_increment=self.batch_increment
@@ -164,28 +168,24 @@ class AustereMH(GrowingBatchStep):
             batch_size=self.batch_size,
             batch_increment=self.batch_increment,
             # the CLT matters only for the t-test (epsilon = 0 never uses it), and only for
-            # the kept draws: checked on the first step after tuning
-            return_first_batch=self.epsilon > 0 and not self.tune and "clt" not in self._warned,
+            # the kept draws: their first batches give the pooled skewness
+            return_first_batch=self.epsilon > 0 and not self.tune,
             # epsilon = 0 reads every row: the kernel then reads them in order
             sampler=self._sampler.restart(self.rng) if self.epsilon > 0 or iid else None,
             fpc=not iid,
             exact_sum=exact_sum if iid else None,
             check=False,  # validated at construction
         )
-        doubt = None
-        checked = res.first_batch is not None and res.first_batch.size > 2
-        if checked:
-            ok, msg = clt_check(res.first_batch, self.n_rows)
-            # The t-test's calibration matters only for decisions near its boundary. With
-            # -log u ~ Exp(1) (density <= 1), the share of (u, batch) for which the
-            # estimated log ratio lies within 3 of its sds ``N s`` of the threshold is at
-            # most 6 N s: when that is below epsilon, skewness cannot matter.
-            if not ok and 6.0 * self.n_rows * res.sd > self.epsilon:
-                doubt = (f"the t-test's normal approximation looks unsafe ({msg}); "
-                         "Korattikara et al. (2014, Sec. 4) warn that the test can behave "
-                         "erratically here (sparse data, outliers): raise batch_size, lower "
-                         "epsilon, or use ScalableMH.")
-        self._report_test(res, checked, doubt)
+        # the normal approximation's error of the acceptance probability, per unit
+        # skewness (one-term Edgeworth), pooled over the kept transitions
+        weight = 0.0
+        if not (res.exact or res.nonfinite) and res.data_used >= 2 and res.sd == res.sd:
+            weight = self._clt_weight(res, log_ratio_o1, iid)
+        clt = self._clt_pool(
+            res.first_batch, weight, self.epsilon, "epsilon",
+            "Korattikara et al. (2014, Sec. 4) warn that the test can behave erratically "
+            "here (sparse data, outliers): raise batch_size, lower epsilon, or use ScalableMH.")
+        self._report_test(res)
         # the log MH ratio the test estimated: its data-free part plus N times the batch
         # mean (the data-free part alone when no row was read); a non-finite term or
         # ratio (a row outside the support: rows read, no mean) rejected it outright
@@ -199,7 +199,42 @@ class AustereMH(GrowingBatchStep):
             "accept": acceptance_probability(log_r),
             "exact": bool(res.exact),
             "test_error": self._test_error(res),
+            "clt_edgeworth": clt,
         }
+
+    def _clt_weight(self, res, log_ratio_o1, iid) -> float:
+        """The normal approximation's error per unit skewness summed over the stages the
+        test went through (each stage could have stopped on a wrong-way tail:
+        :func:`~pymc_subsample.kernels.clt_error.austere_clt_weight` at its ``n_k``, with
+        ``s_k`` from the terms' estimated sd). Stages ``1, 2, 4, 8, ...`` stand for the
+        stages up to the next one, so a long test costs a few evaluations."""
+        big_n, n = self.n_rows, int(res.data_used)
+        fpc = 1.0 if iid else 1.0 - (n - 1) / (big_n - 1)
+        if not fpc > 0.0:
+            return 0.0
+        sigma = res.sd * math.sqrt(n / fpc)  # the terms' sd
+        delta = log_ratio_o1 + big_n * res.mean
+        first = self.batch_size
+        inc = self.batch_size if self.batch_increment is None else self.batch_increment
+        stages = int(res.n_batches)
+        total, k = 0.0, 1
+        while k <= stages:
+            n_k = min(first + (k - 1) * inc, n)
+            if n_k >= 2:
+                corr = 1.0 if iid else 1.0 - (n_k - 1) / (big_n - 1)
+                s_k = big_n * sigma * math.sqrt(max(corr, 0.0) / n_k)
+                count = min(2 * k, stages + 1) - k
+                total += count * austere_clt_weight(
+                    n_k, None if iid else big_n, s_k, delta, self._crit(n_k))
+            k *= 2
+        return total
+
+    def _crit(self, n: int) -> float:
+        """The t-test's critical value at ``n`` rows: ``Phi_{n-1}^{-1}(1 - epsilon)``."""
+        c = self._crit_cache.get(n)
+        if c is None:
+            c = self._crit_cache[n] = float(special.stdtrit(n - 1, 1.0 - self.epsilon))
+        return c
 
     def _test_error(self, res) -> float:
         """``E(mu_std, m, epsilon)`` (Sec. 5.1) at the test's estimate of ``mu_std``."""

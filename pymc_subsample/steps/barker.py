@@ -10,8 +10,8 @@ import numbers
 
 from scipy.special import expit
 
-from ..kernels.austere import clt_check
 from ..kernels.barker import barker_test
+from ..kernels.clt_error import barker_clt_weight
 from ..kernels.barker_correction import default_correction
 from .growing import GROWING_STATS, GrowingBatchStep
 from .state import setting_stats
@@ -94,6 +94,7 @@ class BarkerMinibatch(GrowingBatchStep):
         "clt_error": (float, []),
         "lemma3_error": (float, []),
         "delta_var": (float, []),
+        "clt_edgeworth": (float, []),
         **setting_stats(SETTINGS),
     }
 
@@ -147,7 +148,7 @@ class BarkerMinibatch(GrowingBatchStep):
         return {**super().settings(), "delta": self.delta, "temperature": self.temperature}
 
     def _run_test(self, terms_fn, log_ratio_o1, exact_sum):
-        check_clt = not self.tune and "clt" not in self._warned  # first kept draw
+        check_clt = not self.tune  # the kept transitions' first batches: pooled skewness
         first = []
 
         def terms(rows):
@@ -170,18 +171,16 @@ class BarkerMinibatch(GrowingBatchStep):
             error=self.error,
             check=False,  # validated at construction
         )
-        doubt = None
-        checked = bool(first) and first[0].size > 2 and not res.exact and not res.nonfinite
-        if checked:
-            ok, msg = clt_check(first[0] / self.temperature, self.n_rows)
-            # Whatever the shape of Delta*'s law, |P(Delta* + Z > 0) - P(G + Z > 0)| <=
-            # r_max W_1(Delta*, G) <= 2 r_max s (Z = X_nc + X_corr has density <= r_max,
-            # G ~ N(Delta, s^2)): when that is below delta, skewness cannot matter.
-            if not ok and 2.0 * self._r_max * math.sqrt(res.delta_var) > self.delta:
-                doubt = (f"the normal approximation of Delta* looks doubtful ({msg}), and "
-                         "Seita et al. (2017) assume it: the acceptance error may exceed "
-                         "delta. Raise batch_size or use ScalableMH.")
-        self._report_test(res, checked, doubt)
+        # the normal approximation's error of the acceptance probability per unit
+        # skewness (one-term Edgeworth), pooled over the kept transitions
+        weight = 0.0
+        if not (res.exact or res.nonfinite):
+            weight = barker_clt_weight(res.data_used, self.n_rows, res.delta_var,
+                                       res.delta_star)
+        clt = self._clt_pool(
+            first[0] if first else None, weight, self.delta, "delta",
+            "Seita et al. (2017) assume Delta* normal: raise batch_size or use ScalableMH.")
+        self._report_test(res)
         return res, {
             "data_used": int(res.data_used),
             "n_batches": int(res.n_batches),
@@ -193,6 +192,7 @@ class BarkerMinibatch(GrowingBatchStep):
             "lemma3_error": float(res.lemma3_error),
             "delta_var": float(res.delta_var),
             "exact": bool(res.exact),
+            "clt_edgeworth": clt,
         }
 
     def _exact_decision(self, res, full_log_ratio) -> bool:

@@ -147,7 +147,7 @@ class SubsampleStep(ChainState, ArrayStepShared):
         self.engine = LikelihoodEngine(model, vars, shared, compile_kwargs=compile_kwargs)
         # before the set-up passes read the data: a file changed while they run is then
         # caught when a chain starts
-        self._remember_data()
+        self._watch_files()
         self.n_rows = self.engine.n_rows
         self.ndim = self.engine.ndim
         self.adapt = bool(tune)
@@ -159,6 +159,7 @@ class SubsampleStep(ChainState, ArrayStepShared):
         self.proposal = self._choose_proposal(proposal, scaling)
         with self.engine.showing_progress(progressbar, label=type(self).__name__):
             self._setup_proposal(scaling)
+        self._remember_data()
         super().__init__(vars, shared, blocked=blocked, rng=rng)
         self._reset_chain()
 
@@ -281,16 +282,18 @@ class SubsampleStep(ChainState, ArrayStepShared):
     #: the files behind file-backed rows (set by :meth:`_remember_data`)
     _data_files = None
 
-    def _remember_data(self):
-        """Record what the data looked like when the step's sums were computed: the
-        files behind file-backed rows (every step, since all read rows from them while
-        sampling: :class:`~pymc_subsample.out_of_core.DataFileWatcher`) and, for a step
-        that keeps sums, the data's fingerprint."""
+    def _watch_files(self):
+        """Record the files behind file-backed rows (every step reads rows from them
+        while sampling: :class:`~pymc_subsample.out_of_core.DataFileWatcher`)."""
         from ..out_of_core import DataFileWatcher
 
         self._data_files = DataFileWatcher(
             zip([r.name for r in self.engine.rows], self.engine.data_arrays()),
             owner=type(self).__name__)
+
+    def _remember_data(self):
+        """Record what the data looked like when the step's sums were computed (a step
+        that keeps sums; the set-up decides whether it does)."""
         if not self.keeps_data_sums:
             return
         self._data_fingerprint = self.engine.data_fingerprint()

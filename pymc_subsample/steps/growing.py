@@ -26,6 +26,7 @@ from ..kernels.control_variates import (
     importance_weights,
     residuals,
 )
+from ..kernels.clt_error import PooledSkewness
 from ..kernels.rows import ImportanceSampler, RowSampler
 from ..kernels.alias import AliasTable
 from ..engine.predictor import curved_predictor_map
@@ -91,8 +92,14 @@ class GrowingBatchStep(SubsampleStep):
     SETTINGS = SubsampleStep.SETTINGS + ("batch_size", "batch_increment", "control_variate")
     CHAIN_ATTRS = SubsampleStep.CHAIN_ATTRS + (
         "cv_active", "_vcheck", "_cv_verdict", "_cv_ratio", "_n_steps", "center", "proxy",
-        "_mean_n", "_mean_q", "_rows_tuning", "_first_prob",
+        "_mean_n", "_mean_q", "_rows_tuning", "_first_prob", "_cv_fails",
+        "_clt_skew", "_clt_wsum", "_clt_n",
     )
+    #: kept transitions before the first verdict of the pooled normal-approximation check
+    CLT_MIN_TRANSITIONS = 50
+    #: consecutive failing variance-check windows at the end of tuning that turn the
+    #: control variates off (fewer when tuning had fewer windows)
+    CV_FAIL_WINDOWS = 2
 
     def __init__(
         self,
@@ -271,7 +278,10 @@ class GrowingBatchStep(SubsampleStep):
         self.cv_active = self.cv != 0
         self._vcheck = VarianceCheck(min_steps=self.CV_WINDOW // 2)
         self._cv_verdict = None
+        self._cv_fails = 0
         self._n_steps = 0
+        self._clt_skew = PooledSkewness()
+        self._clt_wsum, self._clt_n = 0.0, 0
         if self.cv_order:  # a re-centred chain must not hand its centre to the next one
             self.center, self.proxy = self._center0, self._proxy0
             self._mean_n, self._mean_q, self._rows_tuning = 0, np.zeros(self.ndim), 0
@@ -319,7 +329,10 @@ class GrowingBatchStep(SubsampleStep):
     def stop_tuning(self):
         super().stop_tuning()
         self._check_laplace_fit()
-        if self.cv_active and self._cv_verdict is False:
+        windows = max(1, self._n_steps // self.CV_WINDOW)
+        if self.cv_active and self._cv_fails >= min(self.CV_FAIL_WINDOWS, windows):
+            # the last CV_FAIL_WINDOWS windows of tuning all failed (the only one, when
+            # tuning had one): a persistent failure, not one extreme window
             self.cv_active = False
             self.warn_once(
                 "cv_off",
@@ -423,6 +436,8 @@ class GrowingBatchStep(SubsampleStep):
         if self.tune:
             if self._n_steps % self.CV_WINDOW == 0:
                 self._cv_verdict, self._cv_ratio = self._vcheck.verdict(), self._vcheck.ratio
+                # consecutive failing windows: one extreme window decides nothing
+                self._cv_fails = self._cv_fails + 1 if self._cv_verdict is False else 0
                 self._vcheck.reset()
         elif self._vcheck.verdict() is False:
             self.warn_once(
@@ -432,14 +447,47 @@ class GrowingBatchStep(SubsampleStep):
                 "than plain differences would. Consider control_variate=0 or recenter=True.",
             )
 
-    def _report_test(self, res, checked: bool, clt_doubt: str | None):
-        """Warnings about one test, each once per chain: a doubtful normal approximation
-        (``clt_doubt``, when the CLT was ``checked``, on the first kept draw) and
-        non-finite terms (the test rejected)."""
-        if clt_doubt is not None:
-            self.warn_once("clt", clt_doubt)
-        if checked:
-            self._warned.add("clt")  # checked once per chain
+    def _clt_pool(self, first_batch, weight: float, knob: float, name: str,
+                  advice: str) -> float:
+        """Pool the normal-approximation error over the kept transitions; warn once per
+        chain when the pooled estimate exceeds the step's knob.
+
+        The kernel gives this transition's error of the acceptance probability per unit
+        skewness, ``weight`` (:mod:`pymc_subsample.kernels.clt_error`); the skewness is
+        pooled over the first batches of the kept transitions
+        (:class:`~pymc_subsample.kernels.clt_error.PooledSkewness`), so that one batch's
+        sample moments decide nothing. The verdict compares
+
+            err_pooled = gamma_pooled * mean_t(w_t)
+
+        (the mean estimated error per transition) with ``knob`` from
+        ``CLT_MIN_TRANSITIONS`` kept transitions on. Returns this transition's estimate
+        ``gamma_pooled * w_t`` (NaN while tuning or before any batch was pooled).
+        """
+        if self.tune:
+            return math.nan
+        if first_batch is not None:
+            self._clt_skew.add(first_batch)
+        w = float(weight) if weight == weight else 0.0
+        self._clt_n += 1
+        self._clt_wsum += w
+        g = self._clt_skew.gamma
+        if g != g:
+            return 0.0 if w == 0.0 else math.nan
+        pooled = g * self._clt_wsum / self._clt_n
+        if self._clt_n >= self.CLT_MIN_TRANSITIONS and pooled > knob:
+            self.warn_once(
+                "clt",
+                f"the test's normal approximation looks unsafe: over {self._clt_n} kept "
+                f"transitions the estimated error of its acceptance probability (one-term "
+                f"Edgeworth, pooled skewness of the terms {g:.3g}) averages {pooled:.3g}, "
+                f"above {name}={knob:g}. {advice}",
+            )
+        return g * w
+
+    def _report_test(self, res):
+        """The warning about one test, once per chain: non-finite terms (the test
+        rejected). The normal approximation is judged by :meth:`_clt_pool`."""
         if res.nonfinite:
             self.warn_once(
                 "nonfinite",
