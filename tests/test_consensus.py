@@ -303,13 +303,16 @@ def _exact_posterior(X, y):
     return cov @ X.T @ y, cov
 
 
-def _check_against_exact(res, X, y, group_name="posterior", k=4.5):
+def _check_against_exact(res, X, y, group_name="posterior", k=4.5, mean_slack=0.0):
+    """Means within ``k`` MCSE (+ ``mean_slack`` posterior sds) of the exact posterior's,
+    sds within ``k`` MCSE + 2 %."""
     mean, cov = _exact_posterior(X, y)
     beta = np.asarray(group(res, group_name)["beta"].values)  # (1, draws, 2)
     for j in range(2):
         x = beta[..., j]
         sd = np.sqrt(cov[j, j])
-        assert abs(x.mean() - mean[j]) < k * mcse_mean(x), (j, x.mean(), mean[j], mcse_mean(x))
+        assert abs(x.mean() - mean[j]) < k * mcse_mean(x) + mean_slack * sd, (
+            j, x.mean(), mean[j], mcse_mean(x))
         assert abs(x.std() - sd) < k * mcse_sd(x) + 0.02 * sd, (j, x.std(), sd)
 
 
@@ -461,13 +464,19 @@ def test_local_cluster_gives_the_same_draws_as_client_none(tmp_path):
 @pytest.mark.slow
 @needs_dask
 def test_consensus_and_semiparametric_on_more_shards():
-    """8 shards, 2 chains each, 2000 draws: consensus within 4.5 MCSE of the exact
-    posterior, and so is the semiparametric product (its cross-validated bandwidths
-    are large on these near-Gaussian shards)."""
+    """8 shards, 2 chains each, 2000 draws: consensus within 4.5 MCSE + 0.1 sd of the
+    exact posterior, and so is the semiparametric product (its cross-validated
+    bandwidths are large on these near-Gaussian shards).
+
+    The 0.1 sd: both combiners weight the shards by covariances estimated once from the
+    shard draws. Those weights' error shifts every combined draw alike, which the
+    combined chain's MCSE cannot see. With 8 shards, whose means lie about sqrt(8)
+    posterior sds apart, the shift is comparable to the MCSE. Measured on seeds 12-15
+    (2026-11-27): z from MCSE alone up to 4.9, errors up to 0.077 posterior sds."""
     import pymc_subsample as pms
 
     X, y = _regression(n=8000, seed=11)
     res = pms.consensus_sample(regression_model, {"X": X, "y": y}, n_shards=8, draws=2000,
                                tune=500, chains=2, random_seed=12)
-    _check_against_exact(res, X, y)
-    _check_against_exact(res, X, y, "posterior_semiparametric")
+    _check_against_exact(res, X, y, mean_slack=0.1)
+    _check_against_exact(res, X, y, "posterior_semiparametric", mean_slack=0.1)
