@@ -12,6 +12,15 @@ def group(idata, name):
     return az.convert_to_dataset(idata, group=name)
 
 
+def from_dict(**groups):
+    """``arviz.from_dict`` on ArviZ 0.x (keyword groups) and 1.x (one dict of groups)."""
+    import arviz as az
+
+    if int(az.__version__.split(".")[0]) >= 1:
+        return az.from_dict(groups)
+    return az.from_dict(**groups)
+
+
 def posterior(idata):
     return group(idata, "posterior")
 

@@ -10,7 +10,7 @@ matplotlib.use("Agg")
 import numpy as np
 import pytest
 
-from helpers import run_sample, sample_stats
+from helpers import from_dict, run_sample, sample_stats
 
 
 @pytest.fixture(scope="module")
@@ -106,14 +106,7 @@ def test_data_usage_summary_in_a_compound_step_does_not_mix_accept_rates():
     """PyMC stacks ``accepted`` of a CompoundStep (ours and pm.Metropolis's) along an
     extra dimension: the summary must not average the two steps' acceptance rates, and
     sums ``data_used`` when two of our steps record it."""
-    import arviz as az
-
     from pymc_subsample.diagnostics import data_usage_summary
-
-    def from_dict(**groups):  # ArviZ 1.x takes one dict of groups, 0.x keyword groups
-        if int(az.__version__.split(".")[0]) >= 1:
-            return az.from_dict(groups)
-        return az.from_dict(**groups)
 
     rng = np.random.default_rng(0)
     accepted = np.stack([np.ones((2, 50)), np.zeros((2, 50))], axis=-1)  # ours, Metropolis

@@ -26,6 +26,7 @@ import pymc_subsample as pms
 from pymc_subsample import _memmap
 from pymc_subsample.kernels.thinning import BoundViolationError
 from pymc_subsample.out_of_core import DataFileChangedError, DataFileWatcher
+from helpers import from_dict
 
 N, D = 3000, 2
 
@@ -308,10 +309,8 @@ def test_client_closed_after_configure_raises_at_the_pass():
 # ------------------------------------------------------------------ diagnostics
 @pytest.fixture(scope="module")
 def usage_idata():
-    import arviz as az
-
     rng = np.random.default_rng(0)
-    return az.from_dict(posterior={"a": rng.normal(size=(1, 20))},
+    return from_dict(posterior={"a": rng.normal(size=(1, 20))},
                         sample_stats={"data_used": rng.integers(10, 20, size=(1, 20)),
                                       "accepted": rng.random((1, 20)) < 0.5})
 
