@@ -348,8 +348,8 @@ def test_invalid_arguments(small, kw, exc, match):
 def test_valid_edge_arguments(small):
     x, model = small
     with model:
-        big = pms.BarkerMinibatch(batch_size=10 * x.size, delta=0.499, temperature=np.float32(2))
-        assert big.batch_size == x.size and big.delta == 0.499 and big.temperature == 2.0
+        big = pms.BarkerMinibatch(batch_size=10 * x.size, delta=0.5, temperature=np.float32(2))
+        assert big.batch_size == x.size and big.delta == 0.5 and big.temperature == 2.0
         assert pms.BarkerMinibatch(error="lemma3").error == "lemma3"
 
 

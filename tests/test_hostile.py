@@ -296,7 +296,7 @@ def test_duplicated_vars_are_refused():
         pms.ScalableMH(vars=[model["b"], model["b"]])
 
 
-@pytest.mark.parametrize("delta", [np.inf, 5.0, 0.5])
+@pytest.mark.parametrize("delta", [np.inf, 5.0, 0.51])
 def test_barker_delta_out_of_range_is_refused(delta):
     X, y = _data()
     with _logistic(X, y), pytest.raises(ValueError, match="delta must be"):

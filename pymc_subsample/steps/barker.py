@@ -117,9 +117,9 @@ class BarkerMinibatch(GrowingBatchStep):
         for name, value in (("delta", delta), ("temperature", temperature)):
             if isinstance(value, bool) or not isinstance(value, numbers.Real) or not value > 0:
                 raise ValueError(f"{name} must be a positive number, got {value!r}.")
-        if not delta < 0.5:
+        if not delta <= 0.5:
             raise ValueError(
-                f"delta must be below 0.5, got {delta!r}: it bounds the error of the "
+                f"delta must be at most 0.5, got {delta!r}: it bounds the error of the "
                 "acceptance probability (typical values 0.001-0.05; smaller reads more rows)."
             )
         if not math.isfinite(temperature):
