@@ -14,8 +14,10 @@ __version__ = "0.1.0"
 
 _LAZY = {
     "LikelihoodEngine": "pymc_subsample.engine",
+    "ControlVariate": "pymc_subsample.kernels.control_variates",
     "ModelNotSupportedError": "pymc_subsample.engine",
     "InvalidDataError": "pymc_subsample.engine",
+    "InvalidParameterError": "pymc_subsample.kernels._validation",
     "BoundViolationError": "pymc_subsample.kernels.thinning",
     "DataFileChangedError": "pymc_subsample.out_of_core",
     "AustereMH": "pymc_subsample.steps.austere",

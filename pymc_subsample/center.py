@@ -14,16 +14,16 @@ use NumPy row terms, so no Hessian graph is compiled on first use, and since its
 pass costs about a gradient pass (``cheap_hessian``) the search takes exact Newton steps
 straight from the warm start.
 
-Nothing here imports PyMC: the functions take a
-:class:`~pymc_subsample.engine.LikelihoodEngine` (or any object with its
-``full_loglik_hessian``, ``full_loglik``, ``full_loglik_grad``, ``prior_hessian``,
-``prior_and_grad``, ``prior`` and ``initial_q`` methods).
+Nothing here imports PyMC: the functions take any :class:`BatchLikelihood`, the one
+interface that both back-ends implement (:class:`~pymc_subsample.engine.LikelihoodEngine`
+and :class:`~pymc_subsample.engine.predictor.PredictorLikelihood`).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 import scipy.linalg as sla
@@ -31,7 +31,34 @@ import scipy.optimize
 
 from .kernels.control_variates import TaylorProxy
 
-__all__ = ["Center", "find_center", "center_at", "parse_point"]
+__all__ = ["BatchLikelihood", "Center", "find_center", "center_at", "parse_point"]
+
+
+@runtime_checkable
+class BatchLikelihood(Protocol):
+    """The log posterior of a model in the step's raveled space ``q``, by batches of rows
+    and by passes over all rows: what the mode search, the centre's sums and the steps
+    read of a likelihood back-end.
+
+    Implemented by the compiled engine
+    (:class:`~pymc_subsample.engine.LikelihoodEngine`) and by the NumPy row terms of an
+    ordinary GLM (:class:`~pymc_subsample.engine.predictor.PredictorLikelihood`).
+    """
+
+    n_rows: int
+    ndim: int
+    #: a Hessian pass costs about a gradient pass (exact Newton steps from the warm start)
+    cheap_hessian: bool
+
+    def initial_q(self) -> np.ndarray: ...
+    def prior(self, q) -> float: ...
+    def prior_and_grad(self, q): ...
+    def prior_hessian(self, q): ...
+    def loglik_sum(self, q, rows) -> float: ...
+    def loglik_hessian(self, q, rows): ...
+    def full_loglik(self, q) -> float: ...
+    def full_loglik_grad(self, q): ...
+    def full_loglik_hessian(self, q): ...
 
 
 @dataclass(frozen=True)
@@ -177,7 +204,7 @@ def find_center(engine, start=None, *, tol: float = 1e-5, max_iter: int = 40,
             q = q_warm
         # Newton with the warm start's likelihood Hessian held fixed: gradient passes,
         # cheaper than Hessian passes unless the likelihood says they cost the same
-        if ok_warm and not getattr(engine, "cheap_hessian", False):
+        if ok_warm and not engine.cheap_hessian:
             h_warm = sums_warm[1]
 
             def grad_fixed_hess(x):

@@ -10,6 +10,8 @@ from __future__ import annotations
 import arviz as az
 import numpy as np
 
+from .kernels._validation import InvalidParameterError, check_positive_int, check_share
+
 __all__ = [
     "get_group",
     "laplace_approximation",
@@ -201,30 +203,17 @@ def data_usage_summary(idata, *, n_rows: int | None = None, quantiles=(0.05, 0.5
 def _check_usage_args(n_rows, quantiles):
     """``n_rows`` (None or a positive integer) and ``quantiles`` (numbers in [0, 1]) of
     :func:`data_usage_summary`, checked."""
-    import numbers
-
     if n_rows is not None:
-        if (isinstance(n_rows, bool) or not isinstance(n_rows, numbers.Real)
-                or n_rows != int(n_rows) or n_rows < 1):
-            raise ValueError(
-                "data_usage_summary: n_rows must be the number of data rows N, a positive "
-                f"integer (or None to leave out mean_fraction), got {n_rows!r}.")
-        n_rows = int(n_rows)
+        n_rows = check_positive_int(
+            "n_rows", n_rows, label="data_usage_summary: n_rows",
+            what="the number of data rows N, a positive integer (or None to leave out "
+                 "mean_fraction)")
+    what = "a number or a sequence of numbers in [0, 1] (0.05 for the 5% quantile)"
     if isinstance(quantiles, (str, bytes)) or np.ndim(quantiles) > 1:
-        raise ValueError(
-            "data_usage_summary: quantiles must be a number or a sequence of numbers in "
-            f"[0, 1], got {quantiles!r}.")
-    try:
-        qs = [float(q) for q in np.atleast_1d(quantiles)]
-    except (TypeError, ValueError) as err:
-        raise ValueError(
-            "data_usage_summary: quantiles must be a number or a sequence of numbers in "
-            f"[0, 1], got {quantiles!r}.") from err
-    bad = [q for q in qs if not 0.0 <= q <= 1.0]  # NaN fails too
-    if bad:
-        raise ValueError(
-            f"data_usage_summary: quantiles must lie in [0, 1] (0.05 for the 5% quantile), "
-            f"got {bad}.")
+        raise InvalidParameterError(
+            f"data_usage_summary: quantiles must be {what}, got {quantiles!r}.")
+    qs = [check_share("quantiles", q, label="data_usage_summary: quantiles", what=what)
+          for q in np.atleast_1d(quantiles)]
     return n_rows, qs
 
 

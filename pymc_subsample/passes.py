@@ -28,10 +28,11 @@ Configure with :func:`configure` (process-wide) or as a context manager::
     with pms.passes.configure(client=Client("tcp://scheduler:8786")):
         step = pms.ScalableMH()
 
-Only passes written in NumPy run in parallel (the predictor-coordinate passes of
-generalised linear models, which are what ScalableMH, AustereMH, BarkerMinibatch and
-SGLD use for GLMs). Passes through compiled PyTensor functions (other likelihoods) run
-in one thread: a compiled function holds the GIL and its storage is not thread-safe.
+Both kinds of pass run in parallel: the NumPy passes of generalised linear models in
+predictor coordinates, and the passes through compiled PyTensor functions (any other
+likelihood), where each worker thread calls its own copy of the compiled function
+(:func:`pymc_subsample.engine.evaluate.thread_copy`; a function whose graph holds inner
+compiled functions, such as a ``Scan``, is called by one thread at a time instead).
 """
 
 from __future__ import annotations

@@ -24,6 +24,14 @@ from __future__ import annotations
 import numpy as np
 from scipy import linalg, special
 
+from ..kernels._validation import (
+    InvalidParameterError,
+    check_choice,
+    check_generator,
+    check_positive,
+    check_positive_int,
+)
+
 __all__ = [
     "consensus_weighting",
     "gaussian_product",
@@ -43,43 +51,41 @@ def _check_shard_draws(shard_draws, *, name: str = "shard_draws",
     if isinstance(shard_draws, np.ndarray) and shard_draws.ndim == 3:
         shard_draws = list(shard_draws)
     if isinstance(shard_draws, np.ndarray) or not hasattr(shard_draws, "__len__"):
-        raise TypeError(f"{name} must be a sequence of S arrays of shape (T, d) (one per "
-                        f"shard) or an array (S, T, d); got {type(shard_draws).__name__}.")
+        raise InvalidParameterError(
+            f"{name} must be a sequence of S arrays of shape (T, d) (one per shard) or an "
+            f"array (S, T, d); got {type(shard_draws).__name__}.")
     if len(shard_draws) == 0:
-        raise ValueError(f"{name} is empty: give the draws of at least one shard.")
+        raise InvalidParameterError(f"{name} is empty: give the draws of at least one shard.")
     out = []
     for s, x in enumerate(shard_draws):
         try:
             x = np.asarray(x, dtype=np.float64)
         except (TypeError, ValueError) as err:
-            raise TypeError(f"{name}[{s}] is not a numeric array.") from err
+            raise InvalidParameterError(f"{name}[{s}] is not a numeric array.") from err
         if x.ndim == 1:
             x = x[:, None]
         if x.ndim != 2:
-            raise ValueError(f"{name}[{s}] must have shape (T, d); got shape {x.shape}.")
+            raise InvalidParameterError(
+                f"{name}[{s}] must have shape (T, d); got shape {x.shape}.")
         out.append(x)
     d = out[0].shape[1]
     for s, x in enumerate(out):
         if x.shape[1] != d:
-            raise ValueError(f"{name}[{s}] has d = {x.shape[1]} columns but {name}[0] has "
-                             f"{d}: every shard must hold draws of the same vector.")
+            raise InvalidParameterError(
+                f"{name}[{s}] has d = {x.shape[1]} columns but {name}[0] has {d}: every "
+                "shard must hold draws of the same vector.")
         if x.shape[0] < d + 2:
-            raise ValueError(f"{name}[{s}] has {x.shape[0]} draws: at least d + 2 = {d + 2} "
-                             "are needed to estimate its covariance.")
+            raise InvalidParameterError(
+                f"{name}[{s}] has {x.shape[0]} draws: at least d + 2 = {d + 2} are needed "
+                "to estimate its covariance.")
         if not np.all(np.isfinite(x)):
-            raise ValueError(f"{name}[{s}] contains non-finite draws (NaN or inf).")
+            raise InvalidParameterError(
+                f"{name}[{s}] contains non-finite draws (NaN or inf).")
     if same_length and len({x.shape[0] for x in out}) > 1:
-        raise ValueError(f"{name}: consensus weighting pairs the t-th draws of every shard, "
-                         "so every shard needs the same number of draws; got "
-                         f"{[x.shape[0] for x in out]}.")
+        raise InvalidParameterError(
+            f"{name}: consensus weighting pairs the t-th draws of every shard, so every "
+            f"shard needs the same number of draws; got {[x.shape[0] for x in out]}.")
     return out
-
-
-def _check_rng(rng) -> np.random.Generator:
-    if not isinstance(rng, np.random.Generator):
-        raise TypeError("rng must be a numpy.random.Generator (e.g. "
-                        f"numpy.random.default_rng(seed)); got {type(rng).__name__}.")
-    return rng
 
 
 def _cov(x: np.ndarray, s: int, name: str = "shard_draws") -> np.ndarray:
@@ -87,8 +93,9 @@ def _cov(x: np.ndarray, s: int, name: str = "shard_draws") -> np.ndarray:
     try:
         linalg.cho_factor(c, lower=True)
     except linalg.LinAlgError as err:
-        raise ValueError(f"{name}[{s}] has a singular sample covariance (a constant "
-                         "component, or a chain that never moved).") from err
+        raise InvalidParameterError(
+            f"{name}[{s}] has a singular sample covariance (a constant component, or a "
+            "chain that never moved).") from err
     return c
 
 
@@ -159,11 +166,9 @@ def consensus_weighting(shard_draws, weights="inverse_covariance"):
     ndarray (T, d)
     """
     draws = _check_shard_draws(shard_draws, same_length=True)
+    check_choice("weights", weights, ("inverse_covariance", "identity"))
     if weights == "identity":
         return np.mean(draws, axis=0)
-    if weights != "inverse_covariance":
-        raise ValueError("weights must be 'inverse_covariance' or 'identity'; got "
-                         f"{weights!r}.")
     _, _, precs = _precisions(draws)
     total = linalg.cho_factor(sum(precs), lower=True)
     weighted = sum(x @ p for x, p in zip(draws, precs))  # rows: (W_s theta_{s,t})'
@@ -173,6 +178,8 @@ def consensus_weighting(shard_draws, weights="inverse_covariance"):
 # ---------------------------------------------------------------------- density products
 
 _LOG_2PI = float(np.log(2.0 * np.pi))
+#: what the message of a bad ``bandwidth`` asks for
+_BANDWIDTH = "'cv', 'rule' or a positive finite number"
 #: bandwidth grids searched by cross-validation, in units of each shard's own sd
 _CV_GRID = {False: np.geomspace(0.03, 30.0, 19), True: np.geomspace(0.03, 3.0, 16)}
 
@@ -339,30 +346,20 @@ def semiparametric_product(shard_draws, *, rng, draws=None, bandwidth="cv",
     the shards overlap, in their tails). Cost: ``O(draws * proposals_per_draw * S * T * d)``.
     """
     xs = _check_shard_draws(shard_draws)
-    rng = _check_rng(rng)
-    n = max(x.shape[0] for x in xs) if draws is None else int(draws)
-    if n < 1:
-        raise ValueError(f"draws must be a positive integer; got {draws!r}.")
-    k = int(proposals_per_draw)
-    if k < 1:
-        raise ValueError(f"proposals_per_draw must be a positive integer; got "
-                         f"{proposals_per_draw!r}.")
+    rng = check_generator("rng", rng)
+    n = max(x.shape[0] for x in xs) if draws is None else check_positive_int("draws", draws)
+    k = check_positive_int("proposals_per_draw", proposals_per_draw)
     S, d = len(xs), xs[0].shape[1]
     shards = [_ShardEstimate(x, s) for s, x in enumerate(xs)]
     if isinstance(bandwidth, str):
+        check_choice("bandwidth", bandwidth, ("cv", "rule"), what=_BANDWIDTH)
         if bandwidth == "cv":
             grid = _CV_GRID[bool(nonparametric)]
             hs = [float(grid[np.argmax(sh.cv_score(grid, nonparametric))]) for sh in shards]
-        elif bandwidth == "rule":
-            hs = [float(sh.T ** (-1.0 / (4.0 + d))) for sh in shards]
         else:
-            raise ValueError(f"bandwidth must be 'cv', 'rule' or a positive number; got "
-                             f"{bandwidth!r}.")
+            hs = [float(sh.T ** (-1.0 / (4.0 + d))) for sh in shards]
     else:
-        if not (np.isfinite(bandwidth) and bandwidth > 0):
-            raise ValueError(f"bandwidth must be 'cv', 'rule' or a positive finite number; "
-                             f"got {bandwidth!r}.")
-        hs = [float(bandwidth)] * S
+        hs = [check_positive("bandwidth", bandwidth, what=_BANDWIDTH)] * S
 
     # proposals from the defensive mixture 0.9 N(mu_M, Sigma_M) + 0.1 N(mu_M, 4 Sigma_M)
     mu_m, sigma_m = gaussian_product(xs)

@@ -22,6 +22,7 @@ import numpy as np
 
 from .. import _memmap, passes
 from ..out_of_core import _is_zarr
+from ..kernels._validation import InvalidParameterError, check_callable, check_int
 from .combine import COMBINERS
 
 __all__ = ["consensus_sample", "add_prior_power", "BIAS_STATEMENT"]
@@ -82,10 +83,11 @@ def _build_shard_model(model_fn, shard_data, n_shards):
 
     model = model_fn(**shard_data)
     if not isinstance(model, pm.Model):
-        raise TypeError("model_fn must return a pymc.Model built on the shard's data "
-                        f"(model_fn(**shard_data)); it returned {type(model).__name__}.")
+        raise InvalidParameterError(
+            "model_fn must return a pymc.Model built on the shard's data "
+            f"(model_fn(**shard_data)); it returned {type(model).__name__}.")
     if not model.free_RVs:
-        raise ValueError("model_fn returned a model without free variables.")
+        raise InvalidParameterError("model_fn returned a model without free variables.")
     return add_prior_power(model, n_shards)
 
 
@@ -209,27 +211,25 @@ def _map_back(payload: bytes, unconstrained: dict) -> dict:
 # ---------------------------------------------------------------------- validation
 
 
-def _check_int(value, name, minimum):
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}; got {value!r}.")
-    return int(value)
-
-
 def _check_data(data):
     if not isinstance(data, dict) or not data:
-        raise TypeError("data must be a non-empty dict of name -> row-aligned array "
-                        f"(passed to model_fn as keyword arguments); got {type(data).__name__}.")
+        raise InvalidParameterError(
+            "data must be a non-empty dict of name -> row-aligned array (passed to "
+            f"model_fn as keyword arguments); got {type(data).__name__}.")
     out, rows = {}, {}
     for name, arr in data.items():
         if not isinstance(name, str) or not name.isidentifier():
-            raise ValueError(f"data keys must be valid keyword names; got {name!r}.")
+            raise InvalidParameterError(
+                f"data keys must be valid keyword names; got {name!r}.")
         if not (isinstance(arr, np.ndarray) or _is_zarr(arr)):
             arr = np.asarray(arr)
         if len(getattr(arr, "shape", ())) == 0:
-            raise ValueError(f"data[{name!r}] is a scalar: every array needs rows.")
+            raise InvalidParameterError(
+                f"data[{name!r}] is a scalar: every array needs rows.")
         out[name], rows[name] = arr, int(arr.shape[0])
     if len(set(rows.values())) > 1:
-        raise ValueError(f"data arrays must have the same number of rows; got {rows}.")
+        raise InvalidParameterError(
+            f"data arrays must have the same number of rows; got {rows}.")
     return out, next(iter(rows.values()))
 
 
@@ -241,10 +241,55 @@ def _check_step(step):
 
         return ScalableMH
     if isinstance(step, pm.step_methods.compound.BlockedStep) or not callable(step):
-        raise TypeError("step must be a step-method class (e.g. pms.ScalableMH) or a "
-                        "callable returning a step inside the shard's model context, not a "
-                        "step instance: each shard builds its own step on its own model.")
+        raise InvalidParameterError(
+            "step must be a step-method class (e.g. pms.ScalableMH) or a callable "
+            "returning a step inside the shard's model context, not a step instance: each "
+            "shard builds its own step on its own model.")
     return step
+
+
+def _check_combiners(combiners) -> tuple:
+    """``combiners`` as a tuple of distinct names from :data:`COMBINERS` (a single name
+    is allowed)."""
+    if isinstance(combiners, str):
+        combiners = (combiners,)
+    combiners = tuple(combiners)
+    unknown = [c for c in combiners if c not in COMBINERS]
+    if not combiners or unknown or len(set(combiners)) != len(combiners):
+        raise InvalidParameterError(
+            f"combiners must be distinct names from {sorted(COMBINERS)}; got "
+            f"{list(combiners)}.")
+    return combiners
+
+
+def _check_sample_kwargs(sample_kwargs) -> dict:
+    """A copy of ``sample_kwargs``, which may not set what consensus_sample sets."""
+    sample_kwargs = {} if sample_kwargs is None else dict(sample_kwargs)
+    fixed = {"draws", "tune", "chains", "cores", "step", "random_seed", "model"}
+    clash = fixed & set(sample_kwargs)
+    if clash:
+        raise InvalidParameterError(
+            f"sample_kwargs may not set {sorted(clash)}: they are arguments of "
+            "consensus_sample or fixed by it.")
+    return sample_kwargs
+
+
+def _check_client(client):
+    """``client``: None or a ``dask.distributed.Client`` (anything with ``submit`` and
+    ``gather``)."""
+    if client is not None and not (hasattr(client, "submit") and hasattr(client, "gather")):
+        raise InvalidParameterError("client must be a dask.distributed.Client or None; got "
+                                    f"{type(client).__name__}.")
+    return client
+
+
+def _import_dask():
+    try:
+        import dask
+    except ImportError as err:  # pragma: no cover - depends on the environment
+        raise ImportError("consensus_sample needs Dask: pip install "
+                          "'pymc-subsample[dask]'.") from err
+    return dask
 
 
 def _shard_slices(n_rows, n_shards):
@@ -333,62 +378,86 @@ def consensus_sample(model_fn, data, *, n_shards=4, step=None, step_kwargs=None,
     """
     import pymc as pm
 
-    if not callable(model_fn):
-        raise TypeError(f"model_fn must be callable; got {type(model_fn).__name__}.")
+    check_callable("model_fn", model_fn, signature="model_fn(**shard_data) -> pymc.Model")
     data, n_rows = _check_data(data)
-    n_shards = _check_int(n_shards, "n_shards", 1)
+    n_shards = check_int("n_shards", n_shards, 1, strict=True)
     if n_shards > n_rows:
-        raise ValueError(f"n_shards = {n_shards} exceeds the number of rows ({n_rows}).")
-    draws = _check_int(draws, "draws", 1)
-    tune = _check_int(tune, "tune", 0)
-    chains = _check_int(chains, "chains", 1)
-    if isinstance(combiners, str):
-        combiners = (combiners,)
-    combiners = tuple(combiners)
-    unknown = [c for c in combiners if c not in COMBINERS]
-    if not combiners or unknown or len(set(combiners)) != len(combiners):
-        raise ValueError(f"combiners must be distinct names from {sorted(COMBINERS)}; got "
-                         f"{list(combiners)}.")
+        raise InvalidParameterError(
+            f"n_shards = {n_shards} exceeds the number of rows ({n_rows}).")
+    draws = check_int("draws", draws, 1, strict=True)
+    tune = check_int("tune", tune, 0, strict=True)
+    chains = check_int("chains", chains, 1, strict=True)
+    combiners = _check_combiners(combiners)
     step = _check_step(step)
     step_kwargs = {} if step_kwargs is None else dict(step_kwargs)
-    sample_kwargs = {} if sample_kwargs is None else dict(sample_kwargs)
-    clash = {"draws", "tune", "chains", "cores", "step", "random_seed", "model"} & set(sample_kwargs)
-    if clash:
-        raise ValueError(f"sample_kwargs may not set {sorted(clash)}: they are arguments of "
-                         "consensus_sample or fixed by it.")
-    if client is not None and not (hasattr(client, "submit") and hasattr(client, "gather")):
-        raise TypeError("client must be a dask.distributed.Client or None; got "
-                        f"{type(client).__name__}.")
-    try:
-        import dask
-    except ImportError as err:  # pragma: no cover - depends on the environment
-        raise ImportError("consensus_sample needs Dask: pip install "
-                          "'pymc-subsample[dask]'.") from err
+    sample_kwargs = _check_sample_kwargs(sample_kwargs)
+    client = _check_client(client)
+    dask = _import_dask()
 
+    seeds, combine_rng = _seeds(random_seed, n_shards)
+    common = {
+        "model_fn": model_fn, "n_shards": n_shards, "step": step,
+        "step_kwargs": step_kwargs, "draws": draws, "tune": tune, "chains": chains,
+        "sample_kwargs": sample_kwargs,
+    }
+    payloads = _shard_payloads(common, data, n_rows, n_shards, seeds)
+    token = uuid.uuid4().hex[:8]
+    results = _run_tasks(dask, client, _run_shard, [(p,) for p in payloads],
+                         [f"consensus-shard-{s}-{token}" for s in range(n_shards)])
+    values, free, shapes, shard_draws = _stack_shard_draws(results)
+    combined = _combine(combiners, shard_draws, combine_rng, values, shapes)
+    if any(results[0]["transformed"]):
+        mapped = _run_tasks(dask, client, _map_back,
+                            [(payloads[0], c) for c in combined.values()],
+                            [f"consensus-map-{name}-{token}" for name in combined])
+        constrained = dict(zip(combined, mapped))
+    else:
+        constrained = {name: {f: c[v] for f, v in zip(free, values)}
+                       for name, c in combined.items()}
+
+    return _assemble(results, constrained, combiners, n_shards=n_shards, n_rows=n_rows,
+                     step=step, pymc_major=int(pm.__version__.split(".")[0]))
+
+
+# ---------------------------------------------------------------------- the run's parts
+
+
+def _seeds(random_seed, n_shards):
+    """One seed per shard and the combiners' generator, from
+    ``numpy.random.SeedSequence(random_seed).spawn(n_shards + 1)``."""
     children = np.random.SeedSequence(random_seed).spawn(n_shards + 1)
     seeds = [int(c.generate_state(1, dtype=np.uint32)[0]) for c in children[:-1]]
-    combine_rng = np.random.default_rng(children[-1])
+    return seeds, np.random.default_rng(children[-1])
 
+
+def _shard_payloads(common, data, n_rows, n_shards, seeds):
+    """Each shard's task spec (``common`` plus its seed, rows and data), pickled with
+    :func:`pymc_subsample._memmap.dumps` (memmaps as references to their file)."""
     payloads = []
     for s, (a, b) in enumerate(_shard_slices(n_rows, n_shards)):
         spec = {
-            "model_fn": model_fn, "n_shards": n_shards, "step": step,
-            "step_kwargs": step_kwargs, "draws": draws, "tune": tune, "chains": chains,
-            "seed": seeds[s], "sample_kwargs": sample_kwargs, "n_rows": b - a,
-            "row_start": a, "data": {k: _shard_value(v, a, b) for k, v in data.items()},
+            **common, "seed": seeds[s], "n_rows": b - a, "row_start": a,
+            "data": {k: _shard_value(v, a, b) for k, v in data.items()},
         }
         payloads.append(_memmap.dumps(spec))
+    return payloads
 
-    token = uuid.uuid4().hex[:8]
+
+def _run_tasks(dask, client, fn, calls, keys):
+    """``fn(*args)`` for every ``args`` of ``calls``, results in order: without a client,
+    one after the other in this process (Dask's synchronous scheduler); with one, as
+    tasks on its workers under ``keys``."""
     if client is None:
-        tasks = [dask.delayed(_run_shard, pure=False)(p) for p in payloads]
-        results = list(dask.compute(*tasks, scheduler="synchronous"))
-    else:
-        futures = [client.submit(_run_shard, p, key=f"consensus-shard-{s}-{token}")
-                   for s, p in enumerate(payloads)]
-        results = client.gather(futures)
+        tasks = [dask.delayed(fn, pure=False)(*args) for args in calls]
+        return list(dask.compute(*tasks, scheduler="synchronous"))
+    futures = [client.submit(fn, *args, key=key) for args, key in zip(calls, keys)]
+    return client.gather(futures)
 
-    # stack each shard's unconstrained draws as (chains * draws, d)
+
+def _stack_shard_draws(results):
+    """Each shard's unconstrained draws as one ``(chains * draws, d)`` array, after
+    checking that every shard has shard 0's variables and shapes: ``(values, free,
+    shapes, shard_draws)``."""
     values, free = results[0]["values"], results[0]["free"]
     shapes = [results[0]["unconstrained"][v].shape[2:] for v in values]
     for s, r in enumerate(results):
@@ -400,29 +469,20 @@ def consensus_sample(model_fn, data, *, n_shards=4, step=None, step_kwargs=None,
     sizes = [int(np.prod(sh)) for sh in shapes]
     shard_draws = [np.concatenate([r["unconstrained"][v].reshape(-1, k)
                                    for v, k in zip(values, sizes)], axis=1) for r in results]
+    return values, free, shapes, shard_draws
 
+
+def _combine(combiners, shard_draws, rng, values, shapes):
+    """Each combiner's draws (in the order of ``combiners``, all from ``rng``), split back
+    into the value variables: ``{name: {value_var: (n, *shape)}}``."""
+    sizes = [int(np.prod(sh)) for sh in shapes]
     combined = {}
     for name in combiners:
-        flat = COMBINERS[name](shard_draws, rng=combine_rng)
+        flat = COMBINERS[name](shard_draws, rng=rng)
         parts = np.split(flat, np.cumsum(sizes)[:-1], axis=1)
         combined[name] = {v: p.reshape((len(flat),) + sh)
                           for v, p, sh in zip(values, parts, shapes)}
-    if any(results[0]["transformed"]):
-        if client is None:
-            mapped = dask.compute(*[dask.delayed(_map_back, pure=False)(payloads[0], c)
-                                    for c in combined.values()], scheduler="synchronous")
-        else:
-            futures = [client.submit(_map_back, payloads[0], c,
-                                     key=f"consensus-map-{name}-{token}")
-                       for name, c in combined.items()]
-            mapped = client.gather(futures)
-        constrained = dict(zip(combined, mapped))
-    else:
-        constrained = {name: {f: c[v] for f, v in zip(free, values)}
-                       for name, c in combined.items()}
-
-    return _assemble(results, constrained, combiners, n_shards=n_shards, n_rows=n_rows,
-                     step=step, pymc_major=int(pm.__version__.split(".")[0]))
+    return combined
 
 
 def _assemble(results, constrained, combiners, *, n_shards, n_rows, step, pymc_major):

@@ -226,6 +226,10 @@ class BatchFunctions:
     ``_joined``, ``_compiled``, ``compile_kwargs``, ``gather``, ``gather_slice``,
     ``n_rows`` and ``ndim``)."""
 
+    #: whether a Hessian pass costs about a gradient pass (the mode search then takes
+    #: exact Newton steps from its warm start); the compiled Hessian graph does not
+    cheap_hessian = False
+
     # ------------------------------------------------------------------ compiling
     def function(self, inputs, outputs, **overrides):
         """``pytensor.function(inputs, outputs)`` for the sampling loop and the data passes:

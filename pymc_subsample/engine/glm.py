@@ -13,6 +13,12 @@ This module finds ``f`` and ``eta`` in the model graph and computes ``M_i`` from
 model itself: ``J`` is the Jacobian of ``eta`` with respect to ``q``, which for an affine
 ``eta`` is constant, so the columns ``eta(q_hat + e_j) - eta(q_hat)`` are exact (up to
 rounding, covered by a relative margin).
+
+The families are those of the registry :mod:`pymc_subsample.kernels.families`: each
+declares, in plain strings, the PyMC distribution op it matches, its parameters and the
+link reader of :data:`LINKS` that finds ``eta``; :func:`detect_glm` tries them in order,
+and the numbers (suprema, row terms) are the family's methods. Only the graph work is
+here.
 """
 
 from __future__ import annotations
@@ -24,40 +30,29 @@ import numpy as np
 import pytensor.tensor as pt
 import pytensor.scalar as ps
 from pytensor.tensor.elemwise import Elemwise
-from pytensor.tensor.random.basic import (BernoulliRV, GammaRV, NegBinomialRV, NormalRV,
-                                          PoissonRV, StudentTRV)
 
 from .evaluate import thread_copy
-from ..kernels.bounds import UpperBounds, glm_bound_constants
-from ..kernels.region import TWO_PARAM_FAMILIES, local_sup, local_sup2, path_constant
+from ..kernels.bounds import UpperBounds, predictor_constants
+from ..kernels.families import FAMILIES, get_family, supported_text
+from ..kernels.region import path_constants
 
 try:  # PyTensor >= 2.31 moved graph traversal helpers
     from pytensor.graph.traversal import ancestors, graph_inputs
 except ImportError:  # pragma: no cover - older PyTensor
     from pytensor.graph.basic import ancestors, graph_inputs
 
-__all__ = ["GLMSpec", "detect_glm", "glm_psi", "chunk_psi", "two_param_chunk_psi",
-           "eta_is_affine", "SUPPORTED_TEXT"]
+__all__ = ["GLMSpec", "LINKS", "detect_glm", "glm_psi", "chunk_psi", "two_param_chunk_psi",
+           "eta_is_affine", "register_link", "SUPPORTED_TEXT"]
 
-SUPPORTED_TEXT = (
-    "bounds='auto' recognises one observed variable whose row terms depend on the step's "
-    "variables only through a linear predictor eta_i = x_i . beta (+ intercept) and, for "
-    "some families, a scale or shape parameter sampled on the log scale: "
-    "pm.Bernoulli with logit_p=eta (or p=pm.math.invlogit(eta)) or with a probit link, "
-    "p=pm.math.invprobit(eta); pm.Normal(mu=eta, sigma) "
-    "and pm.StudentT(nu, mu=eta, sigma) with nu fixed and sigma fixed or a positive "
-    "free variable; pm.Poisson(mu=pm.math.exp(eta)); pm.NegativeBinomial(mu=pm.math.exp(eta), "
-    "alpha) and pm.Gamma with mean pm.math.exp(eta) and shape alpha fixed or a positive "
-    "free variable (the last four and unknown scales need region bounds, the default). "
-    "For Bernoulli-logit and -probit, Poisson-log, Normal and Student-t (scale fixed or "
-    "sampled) eta may also be affine in data-free parameter expressions only, "
-    "as in a non-centred hierarchical model, mu + tau * z[g] + X @ beta (and a sampled "
-    "scale may be sigma or sigma[g]). "
-    "For any other model "
-    "pass bounds=callable: bounds(order) -> array of N per-row "
-    "constants psi_i >= sup |(order+1)-th partial derivatives of -log p(x_i | q)| over the "
-    "step's unconstrained space (Cornish et al. 2019, eq. 12), or that array itself."
-)
+
+def __getattr__(name):
+    """``SUPPORTED_TEXT``: what ``bounds='auto'`` recognises, generated from the family
+    registry when read (:func:`pymc_subsample.kernels.families.supported_text`), so that
+    it lists families registered later too."""
+    if name == "SUPPORTED_TEXT":
+        return supported_text()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 _SIGMOID = pt.sigmoid(pt.dvector()).owner.op
 
@@ -66,7 +61,7 @@ _SIGMOID = pt.sigmoid(pt.dvector()).owner.op
 class GLMSpec:
     """A recognised GLM likelihood: family, linear predictor and fixed parameters."""
 
-    family: str
+    family: str  # a name in the registry (pymc_subsample.kernels.families.FAMILIES)
     observed: str
     eta: object  # model expression (in terms of value variables)
     params: dict  # fixed family parameters: arrays broadcastable to (N,)
@@ -74,9 +69,14 @@ class GLMSpec:
     compiled: dict = field(default_factory=dict, repr=False)  # functions built once
 
     @property
+    def glm_family(self):
+        """The :class:`~pymc_subsample.kernels.families.GLMFamily` of :attr:`family`."""
+        return get_family(self.family)
+
+    @property
     def two_param(self) -> bool:
         """Rows depend on the parameters through ``eta`` and a log scale (path bound)."""
-        return self.family in TWO_PARAM_FAMILIES
+        return self.glm_family.two_param
 
 
 def _probit_predictor(p):
@@ -131,18 +131,103 @@ def _is_fixed(var, model):
     return not any(a in free for a in ancestors([var]))
 
 
+# ----------------------------------------------------------------- link readers
+def _identity_link(params, family):
+    """``eta`` is the parameter itself (a location)."""
+    return params[family.link_param]
+
+
+def _logit_link(params, family):
+    """``p = sigmoid(eta)`` (``logit_p=eta`` or ``p=pm.math.invlogit(eta)``)."""
+    p = params[family.link_param]
+    if p.owner is not None and isinstance(p.owner.op, Elemwise) and p.owner.op == _SIGMOID:
+        return p.owner.inputs[0]
+    return None
+
+
+def _probit_link(params, family):
+    """``p = Phi(eta)`` (:func:`_probit_predictor`)."""
+    return _probit_predictor(params[family.link_param])
+
+
+def _log_link(params, family):
+    """``mu = exp(eta)``."""
+    mu = params[family.link_param]
+    if mu.owner is None or not (
+        isinstance(mu.owner.op, Elemwise) and isinstance(mu.owner.op.scalar_op, ps.Exp)
+    ):
+        return None
+    return mu.owner.inputs[0]
+
+
+def _log_mean_shape_scale(params, family):
+    """The log mean of a Gamma: (shape, scale) whatever the user's parametrisation,
+    mean = shape * scale."""
+    return pt.log(params["shape"]) + pt.log(params["scale"])
+
+
+def _log_mean_negbinomial(params, family):
+    """The log mean of a NegativeBinomial: (n, p) with n = alpha and
+    p = alpha / (mu + alpha), so log mu = log n + log((1 - p) / p)."""
+    n, p = params["n"], params["p"]
+    return pt.log(n) + pt.log1p(-p) - pt.log(p)
+
+
+#: link readers by name (``GLMFamily.link``): ``reader(params, family) -> eta or None``,
+#: ``params`` the distribution's parameters by the family's ``dist_params`` names; None
+#: when the graph does not have the link (the next family of the distribution is tried)
+LINKS = {
+    "identity": _identity_link,
+    "logit": _logit_link,
+    "probit": _probit_link,
+    "log": _log_link,
+    "log_mean_shape_scale": _log_mean_shape_scale,
+    "log_mean_negbinomial": _log_mean_negbinomial,
+}
+
+
+def register_link(name: str, reader) -> None:
+    """Add a link reader ``reader(params, family) -> eta or None`` to :data:`LINKS`, for
+    a family whose ``link`` the built-in readers do not cover."""
+    LINKS[name] = reader
+
+
 def _fixed_value(var, name, obs, model):
     if not _is_fixed(var, model):
         raise ValueError(
             f"ScalableMH bounds='auto': the {name} of observed '{obs}' depends on a free "
             f"variable; the derivative bounds need a fixed {name} (give it a fixed value, "
-            "or pass bounds=). " + SUPPORTED_TEXT
+            "or pass bounds=). " + supported_text()
         )
     return np.asarray(var.eval(), dtype=np.float64)
 
 
+def _selected(family, params, model) -> bool:
+    """Whether ``family``'s selector (a parameter fixed, or free) holds."""
+    if family.selector is None:
+        return True
+    param, fixed = family.selector
+    return _is_fixed(params[param], model) == fixed
+
+
+def _match(family, params, rv, model):
+    """A :class:`GLMSpec` of ``family`` for the observed ``rv`` with distribution
+    parameters ``params`` (by name), or None when the family's link does not match; its
+    fixed parameters must be fixed (ValueError)."""
+    eta = LINKS[family.link](params, family)
+    if eta is None:
+        return None
+    values = {p: _fixed_value(params[p], family.param_label(p), rv.name, model)
+              for p in family.fixed_params}
+    log_scale = None if family.scale_param is None else pt.log(params[family.scale_param])
+    return GLMSpec(family.name, rv.name, eta, values, log_scale)
+
+
 def detect_glm(model) -> GLMSpec:
     """Find the GLM structure of the model's likelihood, or raise a ValueError saying why.
+
+    The registered families (:data:`pymc_subsample.kernels.families.FAMILIES`) whose
+    ``distribution`` is the observed variable's op are tried in registration order.
 
     Parameters
     ----------
@@ -156,61 +241,32 @@ def detect_glm(model) -> GLMSpec:
     if len(obs) != 1:
         raise ValueError(
             f"ScalableMH bounds='auto' supports one observed variable, the model has {len(obs)} "
-            f"({', '.join(o.name for o in obs)}). " + SUPPORTED_TEXT
+            f"({', '.join(o.name for o in obs)}). " + supported_text()
         )
     rv = obs[0]
     op = rv.owner.op
-    params = op.dist_params(rv.owner) if hasattr(op, "dist_params") else rv.owner.inputs[3:]
-    if isinstance(op, BernoulliRV):
-        (p,) = params
-        if p.owner is not None and isinstance(p.owner.op, Elemwise) and p.owner.op == _SIGMOID:
-            spec = GLMSpec("bernoulli_logit", rv.name, p.owner.inputs[0], {})
-        elif (eta := _probit_predictor(p)) is not None:
-            spec = GLMSpec("bernoulli_probit", rv.name, eta, {})
-        else:
+    values = op.dist_params(rv.owner) if hasattr(op, "dist_params") else rv.owner.inputs[3:]
+    spec, tried = None, []
+    for family in [f for f in FAMILIES.values() if f.distribution == type(op).__name__]:
+        params = dict(zip(family.dist_params, values))
+        if not _selected(family, params, model):
+            continue
+        spec = _match(family, params, rv, model)
+        if spec is not None:
+            break
+        tried.append(family)  # its link did not match
+    if spec is None:
+        if not tried:
             raise ValueError(
-                f"ScalableMH bounds='auto': observed '{rv.name}' is Bernoulli but neither with a "
-                "logit link (logit_p=eta) nor with a probit link (p=pm.math.invprobit(eta)). "
-                + SUPPORTED_TEXT
+                f"ScalableMH bounds='auto' does not know the likelihood of observed "
+                f"'{rv.name}' ({type(op).__name__}). " + supported_text()
             )
-    elif isinstance(op, StudentTRV):
-        nu, mu, sigma = params
-        nu_value = _fixed_value(nu, "degrees of freedom nu", rv.name, model)
-        if _is_fixed(sigma, model):
-            spec = GLMSpec("student_t", rv.name, mu, {
-                "nu": nu_value, "sigma": _fixed_value(sigma, "scale sigma", rv.name, model)})
-        else:
-            spec = GLMSpec("student_t_scale", rv.name, mu, {"nu": nu_value}, pt.log(sigma))
-    elif isinstance(op, NormalRV):
-        mu, sigma = params
-        if _is_fixed(sigma, model):
-            spec = GLMSpec("normal", rv.name, mu,
-                           {"sigma": _fixed_value(sigma, "scale sigma", rv.name, model)})
-        else:
-            spec = GLMSpec("normal_scale", rv.name, mu, {}, pt.log(sigma))
-    elif isinstance(op, GammaRV):
-        # (shape, scale) whatever the user's parametrisation: mean = shape * scale
-        shape, scale = params
-        spec = GLMSpec("gamma_log", rv.name, pt.log(shape) + pt.log(scale), {}, pt.log(shape))
-    elif isinstance(op, NegBinomialRV):
-        # (n, p) with n = alpha and p = alpha / (mu + alpha): log mu = log n + log((1-p)/p)
-        n, p = params
-        spec = GLMSpec("negbinomial_log", rv.name, pt.log(n) + pt.log1p(-p) - pt.log(p), {},
-                       pt.log(n))
-    elif isinstance(op, PoissonRV):
-        (mu,) = params
-        if mu.owner is None or not (
-            isinstance(mu.owner.op, Elemwise) and isinstance(mu.owner.op.scalar_op, ps.Exp)
-        ):
-            raise ValueError(
-                f"ScalableMH bounds='auto': observed '{rv.name}' is Poisson but not with a log "
-                "link (use mu=pm.math.exp(eta)). " + SUPPORTED_TEXT
-            )
-        spec = GLMSpec("poisson_log", rv.name, mu.owner.inputs[0], {})
-    else:
+        hints = [f.link_hint or f"a {f.link} link" for f in tried]
+        links = (f"not with {hints[0]}" if len(hints) == 1
+                 else "neither with " + " nor with ".join(hints))
         raise ValueError(
-            f"ScalableMH bounds='auto' does not know the likelihood of observed '{rv.name}' "
-            f"({type(op).__name__}). " + SUPPORTED_TEXT
+            f"ScalableMH bounds='auto': observed '{rv.name}' is {tried[0].label} but "
+            f"{links}. " + supported_text()
         )
     spec.eta = model.replace_rvs_by_values([spec.eta])[0]
     if spec.log_scale is not None:
@@ -246,11 +302,6 @@ def _check_affine(engine, eta_fn, q_hat, rng_seed=0):
     return is_affine(lambda q: eta_fn(q, *data), q_hat, rng)
 
 
-#: sub-box width and most sub-boxes per axis for the two-parameter region suprema
-_PIECE_WIDTH = 0.1
-_MAX_PIECES = 8
-
-
 def eta_is_affine(engine, spec, q_hat) -> bool:
     """Whether the linear predictor of ``spec`` is affine in the step's ``q``."""
     fn = _eta_fn(engine, spec)
@@ -274,7 +325,7 @@ def _require_affine(engine, fn, q_hat, what, spec):
             f"ScalableMH bounds='auto': the {what} of observed '{spec.observed}' is not "
             "affine in the step's unconstrained variables (e.g. a coefficient multiplied by "
             "another sampled variable, or a positive-constrained coefficient, which is "
-            f"log-transformed){extra}. " + SUPPORTED_TEXT
+            f"log-transformed){extra}. " + supported_text()
         )
 
 
@@ -306,11 +357,8 @@ def _two_param_psi(engine, spec, order, q_hat, chunk, whiten, radius):
 
     for what, k in (("linear predictor", 0), ("log scale (or log shape)", 1)):
         _require_affine(engine, lambda q, *data, k=k: values(q, data)[k], q_hat, what, spec)
-    nu = spec.params.get("nu")
-    if nu is not None:
-        if np.ndim(nu) and np.unique(nu).size > 1:
-            raise ValueError("ScalableMH bounds='auto' needs one nu for all rows. " + SUPPORTED_TEXT)
-        nu = float(np.ravel(nu)[0])
+    nu = _one_nu(spec)
+    fixed = {k: v for k, v in spec.params.items() if k != "nu"}
     n, d = engine.n_rows, engine.ndim
     eye = np.eye(d)
     psi = UpperBounds(n)
@@ -322,31 +370,19 @@ def _two_param_psi(engine, spec, order, q_hat, chunk, whiten, radius):
         Je = np.column_stack([mv[0] - e0 for mv in moved])
         Js = np.column_stack([mv[1] - s0 for mv in moved])
         return two_param_chunk_psi(spec.family, order, (Je, Js), (e0, s0), y,
-                                   whiten=whiten, radius=radius, nu=nu)
+                                   whiten=whiten, radius=radius, nu=nu,
+                                   **{k: _chunk_param(v, n, start, stop)
+                                      for k, v in fixed.items()})
 
     engine.map_rows(one_chunk, psi.put, chunk)
     return psi.values
 
 
-def two_param_chunk_psi(family, order, J, base, y, *, whiten, radius, nu=None):
-    """Path-bound constants ``M_i`` of a chunk of rows ``l(eta_i, s_i)`` (:func:`_two_param_psi`)
-    from the exact Jacobians ``J = (J^eta, J^s)`` of the affine ``eta`` and log scale and
-    their values ``base = (eta_hat, s_hat)`` at the centre; ``whiten`` is ``L``, ``radius``
-    the region's. Used in ``q`` and in the predictor coordinates alike."""
-    (Je, Js), (e0, s0) = J, base
-    # rounding margin: the differences of an affine function are exact
-    a = np.linalg.norm(Je @ whiten, axis=1) * (1.0 + 1e-7)
-    b = np.linalg.norm(Js @ whiten, axis=1) * (1.0 + 1e-7)
-    we = a * radius + 1e-9 * (1.0 + np.abs(e0))
-    ws = b * radius + 1e-9 * (1.0 + np.abs(s0))
-    # sub-boxes of width <= _PIECE_WIDTH (at most _MAX_PIECES per axis): interval
-    # evaluation's excess shrinks with the width; boxes narrow as N grows, so large
-    # data sets take one piece
-    pieces = tuple(int(min(_MAX_PIECES, max(1, math.ceil(2.0 * float(w.max()) / _PIECE_WIDTH))))
-                   for w in (we, ws))
-    G = local_sup2(family, order + 1, e0 - we, e0 + we, s0 - ws, s0 + ws, y=y, nu=nu,
-                   pieces=pieces)
-    return path_constant(G, a, b)
+def two_param_chunk_psi(family, order, J, base, y, *, whiten, radius, nu=None, **params):
+    """Path-bound constants ``M_i`` of a chunk of rows ``l(eta_i, s_i)`` (:func:`_two_param_psi`):
+    :func:`pymc_subsample.kernels.region.path_constants`."""
+    return path_constants(family, order, J, base, y, whiten=whiten, radius=radius, nu=nu,
+                          **params)
 
 
 def glm_psi(engine, spec: GLMSpec, order: int, q_hat, *, chunk: int = 65536,
@@ -393,21 +429,19 @@ def glm_psi(engine, spec: GLMSpec, order: int, q_hat, *, chunk: int = 65536,
     n, d = engine.n_rows, engine.ndim
     eye = np.eye(d)
     psi = UpperBounds(n)
-    sigma = spec.params.get("sigma")
-    nu = spec.params.get("nu")
-    if nu is not None:
-        if np.ndim(nu) and np.unique(nu).size > 1:
-            raise ValueError("ScalableMH bounds='auto' needs one nu for all rows. " + SUPPORTED_TEXT)
-        nu = float(np.ravel(nu)[0])
+    fam = spec.glm_family
+    nu = _one_nu(spec)
+    fixed = {k: v for k, v in spec.params.items() if k != "nu"}
     if radius is not None and whiten is None:
         raise ValueError("region bounds (radius) need the whitening matrix.")
-    if radius is None and spec.family == "poisson_log":
+    if radius is None and not fam.global_bound:
         raise ValueError(
-            "ScalableMH: a Poisson likelihood with a log link has no global derivative bound; "
-            "it needs region bounds (region='auto' or a radius, with bound_form='whitened')."
+            f"ScalableMH: observed '{spec.observed}' ({spec.family}) has no global derivative "
+            f"bound ({fam.unbounded}); it needs region bounds (region='auto' or a radius, with "
+            "bound_form='whitened')."
         )
     y_fn = None
-    if radius is not None and spec.family == "student_t":
+    if radius is not None and fam.needs_y:
         y_fn = engine.compile_batch([engine.model[spec.observed]])
 
     def one_chunk(s, e):
@@ -416,8 +450,8 @@ def glm_psi(engine, spec: GLMSpec, order: int, q_hat, *, chunk: int = 65536,
         J = np.column_stack([eta(q_hat + eye[j], data) - base for j in range(d)])
         y = (None if y_fn is None
              else np.broadcast_to(thread_copy(y_fn)(q_hat, *data)[0], base.shape))
-        return chunk_psi(spec, order, J, base, whiten=whiten, radius=radius, y=y,
-                         sigma=_chunk_param(sigma, n, s, e), nu=nu)
+        return chunk_psi(spec, order, J, base, whiten=whiten, radius=radius, y=y, nu=nu,
+                         **{k: _chunk_param(v, n, s, e) for k, v in fixed.items()})
 
     engine.map_rows(one_chunk, psi.put, chunk)
     return psi.values
@@ -430,29 +464,29 @@ def _chunk_param(value, n, start, stop):
     return np.broadcast_to(value, (n,))[start:stop] if np.ndim(value) else float(value)
 
 
-def chunk_psi(spec, order, J, base, *, whiten=None, radius=None, y=None, sigma=None, nu=None):
-    """Bound constants of a chunk of one-parameter GLM rows from their predictor Jacobian.
+def _one_nu(spec):
+    """The degrees of freedom ``nu`` of ``spec`` as one number (None without one): the
+    bounds need one ``nu`` for all rows."""
+    nu = spec.params.get("nu")
+    if nu is not None:
+        if np.ndim(nu) and np.unique(nu).size > 1:
+            raise ValueError("ScalableMH bounds='auto' needs one nu for all rows. "
+                             + supported_text())
+        nu = float(np.ravel(nu)[0])
+    return nu
 
-    ``J`` (rows x coordinates): the exact Jacobian of the affine linear predictor;
-    ``base``: the predictors at the centre. The row factor is ``M_i = max_j |J_ij|``
-    (Cornish et al. 2019, eq. 12) or, with ``whiten``, ``||J_i L||``; with ``radius`` the
-    supremum of ``|f^(k+1)|`` is taken over ``base_i -+ M_i radius`` only (region bounds,
-    :func:`pymc_subsample.kernels.region.local_sup`), else over the whole line.
+
+def chunk_psi(spec, order, J, base, *, whiten=None, radius=None, y=None, **params):
+    """Bound constants of a chunk of one-parameter GLM rows of ``spec`` from their predictor
+    Jacobian: :func:`pymc_subsample.kernels.bounds.predictor_constants`.
+
+    ``params``: the family's fixed parameters (``sigma=``, ``nu=``: per row or one
+    number, None when absent); one missing is read from ``spec.params`` when it is one
+    number.
     """
-    M = np.abs(J).max(axis=1) if whiten is None else np.linalg.norm(J @ whiten, axis=1)
-    M = M * (1.0 + 1e-7)  # rounding margin: the differences of an affine function are exact
-    if radius is not None:
-        width = M * radius + 1e-9 * (1.0 + np.abs(base))
-        kw = {}
-        if spec.family == "student_t":
-            kw = {"y": y, "nu": nu, "sigma": sigma}
-        elif spec.family == "normal":
-            kw = {"sigma": sigma}
-        C = local_sup(spec.family, order + 1, base - width, base + width, **kw)
-        return C * M ** (order + 1)
-    if spec.family in ("bernoulli_logit", "bernoulli_probit"):
-        return glm_bound_constants(spec.family, M, order)
-    kw = {"nu": nu} if spec.family == "student_t" else {}
-    # f(eta) = g((y - eta) / sigma): the m-th derivative scales as sigma^-m
-    return glm_bound_constants(spec.family, M, order, scale=1.0 / np.asarray(sigma),
-                               sigma=1.0, **kw)
+    fam = spec.glm_family
+    params = {k: v for k, v in params.items() if v is not None}
+    for k in fam.fixed_params:
+        if k not in params and k in spec.params and np.size(spec.params[k]) == 1:
+            params[k] = float(np.ravel(spec.params[k])[0])
+    return predictor_constants(fam, order, J, base, whiten=whiten, radius=radius, y=y, **params)

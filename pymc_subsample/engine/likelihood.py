@@ -64,7 +64,7 @@ class LikelihoodEngine(BatchFunctions):
     """
 
     def __init__(self, model=None, vars=None, shared=None, *, row_dim=None, check=True,
-                 compile_kwargs=None):
+                 compile_kwargs=None, initial_point=None):
         model = pm.modelcontext(model)
         self.model = model
         if compile_kwargs is not None and not isinstance(compile_kwargs, dict):
@@ -79,6 +79,8 @@ class LikelihoodEngine(BatchFunctions):
         if not self.vars:
             raise ValueError("The step has no variables to sample: pass vars=[...].")
         point = model.initial_point()
+        if initial_point is not None:  # the step's initial_point= (PyMC's convention)
+            point = {**point, **{k: np.asarray(v) for k, v in initial_point.items()}}
         empty = [v for v in self.vars if np.size(point[v.name]) == 0]
         if empty:
             raise ValueError(
@@ -163,13 +165,31 @@ class LikelihoodEngine(BatchFunctions):
         # model expressions are written in terms of random variables; the compiled
         # function reads their values (back-transformed from q)
         outputs = self.model.replace_rvs_by_values(list(outputs))
-        batch = self.to_batch(outputs)
-        joined, q = join_nonshared_inputs(self._point, batch, self.vars, shared_inputs=self.shared)
-        return self.function([q, *self._batch_inputs], joined)
+        joined, q = self.in_q(self.to_batch(outputs))
+        return self.compile_over_rows([q], joined)
+
+    def in_q(self, outputs):
+        """``(outputs', q)``: graphs of the step's value variables rewritten as graphs of
+        one raveled vector ``q`` (the step's unconstrained space), shared variables of
+        other steps kept as they are (``pymc.pytensorf.join_nonshared_inputs``)."""
+        return join_nonshared_inputs(self._point, list(outputs), self.vars,
+                                     shared_inputs=self.shared)
+
+    @property
+    def batch_inputs(self) -> list:
+        """The symbolic inputs of a batch of rows, one per row-indexed data tensor, in
+        the order of :meth:`gather`."""
+        return list(self._batch_inputs)
+
+    def compile_over_rows(self, inputs, outputs):
+        """Compile ``outputs`` (graphs over a batch of rows, e.g. from :meth:`to_batch`)
+        as ``f(*inputs, *engine.gather(rows))``, with the engine's compile settings."""
+        return self.function([*inputs, *self._batch_inputs], outputs)
 
     # ------------------------------------------------------------------ data
     def initial_q(self) -> np.ndarray:
-        """The model's initial point of the step's variables, raveled."""
+        """The initial point of the step's variables (the step's ``initial_point=``, else
+        the model's), raveled."""
         return np.concatenate([np.ravel(self._point[v.name]) for v in self.vars]).astype(
             np.float64
         )

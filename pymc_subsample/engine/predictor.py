@@ -29,16 +29,14 @@ from dataclasses import dataclass
 import numpy as np
 import pytensor
 import pytensor.tensor as pt
-from pymc.pytensorf import join_nonshared_inputs
 
 from .batch_graph import lift_gathers, parameter_parts
 from .evaluate import thread_copy
-from .glm import SUPPORTED_TEXT, detect_glm, eta_is_affine, is_affine, sample_rows
+from .glm import detect_glm, is_affine, sample_rows
 from ..kernels.bounds import UpperBounds
 from ..kernels.control_variates import TaylorProxy
+from ..kernels.families import get_family
 from ..kernels.predictor import (
-    PREDICTOR_FAMILIES,
-    SCALE_FAMILIES,
     predictor_sums,
     remainder_difference,
     row_loglik,
@@ -53,7 +51,6 @@ except ImportError:  # pragma: no cover
     from pytensor.graph.basic import ancestors
 
 __all__ = ["PredictorMap", "PredictorLikelihood", "predictor_map", "covered_predictor_map",
-           "bound_coordinates",
            "curved_predictor_map", "affine_likelihood"]
 
 
@@ -278,8 +275,30 @@ class PredictorLikelihood:
         eye = np.eye(q0.size)
         self.A = np.column_stack([vmap.v(q0 + eye[j]) - v0 for j in range(q0.size)])
 
-    def __getattr__(self, name):
-        return getattr(self.engine, name)
+    # the rest of the mode search's interface: the engine's
+    @property
+    def n_rows(self) -> int:
+        return self.engine.n_rows
+
+    @property
+    def ndim(self) -> int:
+        return self.engine.ndim
+
+    @property
+    def vars(self):
+        return self.engine.vars
+
+    def initial_q(self) -> np.ndarray:
+        return self.engine.initial_q()
+
+    def prior(self, q) -> float:
+        return self.engine.prior(q)
+
+    def prior_and_grad(self, q):
+        return self.engine.prior_and_grad(q)
+
+    def prior_hessian(self, q):
+        return self.engine.prior_hessian(q)
 
     def _pass(self, q, order, chunks=None):
         """``(sum_i l_i, gradient, Hessian)`` in ``q``: over ``chunks`` (a list of row
@@ -340,9 +359,9 @@ def predictor_map(engine, spec, *, curved_at=None) -> PredictorMap | None:
     With ``curved_at`` (a point ``q``), return None as soon as ``v(q)`` is found affine
     about it, before the linear predictor is compiled (the callers that only want
     curved predictors skip most of the compilation on an ordinary GLM)."""
-    if spec.family not in PREDICTOR_FAMILIES + SCALE_FAMILIES:
+    if not get_family(spec.family).predictor_coordinates:
         raise ValueError(f"predictor coordinates do not cover the family {spec.family!r}.")
-    scale = spec.family in SCALE_FAMILIES
+    scale = spec.two_param
     params = {}
     for key, val in spec.params.items():
         arr = np.asarray(val, dtype=np.float64)
@@ -369,10 +388,9 @@ def predictor_map(engine, spec, *, curved_at=None) -> PredictorMap | None:
         raise ValueError(
             f"ScalableMH: the linear predictor of '{spec.observed}' depends on no sampled "
             "variable.")
-    (flat, *shapes), q = join_nonshared_inputs(
-        engine._point, [pt.concatenate([pt.flatten(p) for p in parts])]
-        + [pt.as_tensor_variable(p.shape) for p in parts], engine.vars,
-        shared_inputs=engine.shared)
+    (flat, *shapes), q = engine.in_q(
+        [pt.concatenate([pt.flatten(p) for p in parts])]
+        + [pt.as_tensor_variable(p.shape) for p in parts])
     v_fn = pytensor.function([q], flat)
     v_fn.trust_input = True
     if curved_at is not None and is_affine(
@@ -397,7 +415,7 @@ def predictor_map(engine, spec, *, curved_at=None) -> PredictorMap | None:
             f"ScalableMH bounds='auto': the linear predictor of '{spec.observed}' reads "
             f"{left[0]} outside any data-free parameter expression.")
     batch = engine.to_batch(channels_v)
-    eta_fn = engine.function([v_in, *engine._batch_inputs], batch if scale else batch[0])
+    eta_fn = engine.compile_over_rows([v_in], batch if scale else batch[0])
     obs_value = model.rvs_to_values[model[spec.observed]]
     y_index = next((k for k, r in enumerate(engine.rows) if r.variable is obs_value), None)
     if y_index is None:
@@ -412,11 +430,12 @@ def predictor_map(engine, spec, *, curved_at=None) -> PredictorMap | None:
 
 def covered_predictor_map(engine, spec, q_hat, *, curved_only=False):
     """The predictor map of ``spec``, or None where predictor coordinates do not cover it:
-    a family outside ``PREDICTOR_FAMILIES + SCALE_FAMILIES`` (Gamma and NegativeBinomial),
+    a family without NumPy row terms (``GLMFamily.predictor_coordinates``: Gamma and
+    NegativeBinomial),
     a per-row family parameter, or a linear predictor (or log scale) that is affine in no
     data-free parameter expressions (with ``curved_only``, also when ``v(q)`` is affine
     about ``q_hat``)."""
-    if spec.family not in PREDICTOR_FAMILIES + SCALE_FAMILIES:
+    if not get_family(spec.family).predictor_coordinates:
         return None
     try:
         vmap = predictor_map(engine, spec, curved_at=q_hat if curved_only else None)
@@ -433,56 +452,8 @@ def curved_predictor_map(engine, q_hat):
         spec = detect_glm(engine.model)
     except ValueError:
         return None
-    if spec.family in SCALE_FAMILIES:
+    if spec.two_param:
         # ScalableMH only, so far: the minibatch steps' variance check and warnings are
         # not yet validated on far proposals of the log scale (their terms overflow there)
         return None
     return covered_predictor_map(engine, spec, q_hat, curved_only=True)
-
-
-def bound_coordinates(engine, spec, q_hat, affine_vmap, whitened: bool):
-    """Where ScalableMH's control variates and bounds live: the predictor coordinates
-    (a :class:`PredictorMap`), or None to keep them in ``q``.
-
-    ``bounds="auto"`` with whitened bounds on a one-parameter GLM uses them. They are
-    needed when the linear predictor is not affine in ``q`` (a non-centred hierarchical
-    model, a log-transformed coefficient); for an affine one they give the same bounds
-    with cheaper functions (the linear predictor and NumPy row terms instead of a
-    compiled Hessian-vector graph). Where they do not apply (a per-row scale,
-    ``bound_form="cornish"``) an affine predictor keeps the bounds in ``q``.
-
-    Parameters
-    ----------
-    engine : LikelihoodEngine
-    spec : GLMSpec or None
-        The recognised GLM (None: user bounds, kept in ``q``).
-    q_hat : ndarray
-        The centre of the control variates.
-    affine_vmap : PredictorMap or None
-        The map found before the mode search when the predictor looked affine in ``q``.
-    whitened : bool
-        Whether the bounds are whitened (``bound_form="whitened"``).
-    """
-    if spec is None:
-        return None
-    if affine_vmap is not None and affine_vmap.check_affine(affine_vmap.v(q_hat)):
-        return affine_vmap  # found before the mode search (affine in q)
-    if spec.two_param:
-        # an affine eta and log scale keep the path bounds in q (glm_psi); otherwise the
-        # predictor coordinates (Normal and Student-t), or glm_psi's refusal
-        if not whitened or eta_is_affine(engine, spec, q_hat):
-            return None
-        return covered_predictor_map(engine, spec, q_hat)
-    vmap = covered_predictor_map(engine, spec, q_hat) if whitened else None
-    if vmap is None and not eta_is_affine(engine, spec, q_hat):
-        if not whitened:
-            raise ValueError(
-                f"ScalableMH: the linear predictor of observed '{spec.observed}' is not "
-                "affine in the step's unconstrained variables; its bounds are taken in "
-                "the predictor's own coordinates, which needs bound_form='whitened'.")
-        raise ValueError(
-            f"ScalableMH bounds='auto': the linear predictor of observed '{spec.observed}' "
-            "is affine neither in the step's unconstrained variables nor in its data-free "
-            "parameter expressions (e.g. a product of two sampled coefficients inside a "
-            "row term). " + SUPPORTED_TEXT)
-    return vmap

@@ -39,6 +39,121 @@ def _where(a, ranges, pred, dtype) -> np.ndarray:
     return out
 
 
+def _check_weights(w, ranges) -> float:
+    """The largest weight, after checking chunk by chunk (no N-sized temporaries) that
+    every weight is finite and ``>= 0`` and that one is positive."""
+    wmax = 0.0
+    for s, e in ranges:
+        c = w[s:e]
+        bad = ~np.isfinite(c)
+        if bad.any():
+            i = s + int(np.flatnonzero(bad)[0])
+            raise ValueError(
+                f"AliasTable weights must be finite; weight {i} is {float(w[i])!r} "
+                f"({_count(w, ranges, lambda x: ~np.isfinite(x))} non-finite in total).")
+        neg = c < 0
+        if neg.any():
+            i = s + int(np.flatnonzero(neg)[0])
+            raise ValueError(
+                f"AliasTable weights must be >= 0; weight {i} is {float(w[i])!r} "
+                f"({_count(w, ranges, lambda x: x < 0)} negative in total).")
+        wmax = max(wmax, float(c.max()))
+    if not wmax > 0.0:
+        raise ValueError("AliasTable weights must have a positive sum; all are zero.")
+    return wmax
+
+
+def _grid_units(w, ranges, wmax, high) -> tuple[np.ndarray, float]:
+    """The rounding of :class:`AliasTable`: each row's grid units ``P_i``, int64 with
+    ``sum_i P_i == high == N * unit`` exactly (largest-remainder rounding of
+    ``high * w_i / sum(w)``; zero weights keep zero units), and ``sum(w) / wmax``."""
+    n = w.size
+    # w / wmax is in [0, 1]: no overflow of the sum
+    total_scaled = math.fsum(float(np.sum(w[s:e] / np.float64(wmax))) for s, e in ranges)
+    scale = float(high) / total_scaled
+    # Grid units, N * unit * w_i / sum(w), floored; the fractional parts are kept in
+    # float32 (they only rank rows for the rounding below).
+    units = np.empty(n, dtype=np.int64)
+    frac = np.empty(n, dtype=np.float32)
+    for s, e in ranges:
+        f = w[s:e] * np.float64(scale / wmax)  # float64, whatever the weights' type
+        u = np.floor(f)
+        units[s:e] = u
+        f -= u
+        f[w[s:e] == 0] = -1.0  # zero weights are never rounded up
+        frac[s:e] = f
+    # Largest-remainder rounding so that sum(units) == high exactly; zero weights
+    # keep zero units.
+    rest = high - int(units.sum())
+    if rest > 0:
+        n_pos = n - _count(w, ranges, lambda x: x == 0)
+        m = min(rest, n_pos)
+        _round_up_largest(units, frac, ranges, m, n_pos)
+        rest -= m
+    del frac
+    if rest != 0:
+        # Only floating-point error of the scaling is left here (a few hundred
+        # units at most); the largest row holds >= unit >= 2**20 units.
+        i = int(np.argmax(units))
+        units[i] += rest
+        if units[i] < 0:  # pragma: no cover - impossible for N < 2**40
+            raise ValueError("AliasTable: could not normalise the weights.")
+    return units, total_scaled
+
+
+def _round_up_largest(units, frac, ranges, m, n_pos) -> None:
+    """Add one unit, in place, to the ``m`` rows with the largest fractional parts
+    ``frac`` (ties at the cut: the first ones in row order); all ``n_pos`` rows of
+    positive weight when ``m == n_pos``."""
+    n = frac.size
+    if m == n_pos:
+        for s, e in ranges:
+            units[s:e] += frac[s:e] >= 0
+        return
+    cut = float(np.partition(frac, n - m)[n - m])  # the m-th largest
+    above = 0
+    for s, e in ranges:
+        up = frac[s:e] > cut
+        units[s:e] += up
+        above += int(np.count_nonzero(up))
+    # ties at the cut: the first ones, in row order
+    ties = _where(frac, ranges, lambda x: x == cut, np.int64)[: m - above]
+    units[ties] += 1
+
+
+def _vose_pairing(units, ranges, unit, chunk) -> np.ndarray:
+    """The pairing of :class:`AliasTable` (Vose's algorithm written with cumulative
+    sums): the alias of every column; ``units`` becomes the thresholds in place."""
+    n = units.size
+    idx = index_dtype(n)
+    s_idx = _where(units, ranges, lambda x: x < unit, idx)
+    l_idx = _where(units, ranges, lambda x: x >= unit, idx)
+    # cumulative deficits of the small columns, excesses of the large ones
+    dcum = np.subtract(unit, units[s_idx])
+    np.cumsum(dcum, out=dcum)
+    ecum = units[l_idx]
+    ecum -= unit
+    np.cumsum(ecum, out=ecum)
+    threshold = units  # small columns already hold their own units
+    alias = np.empty(n, dtype=idx)
+    for s in range(0, s_idx.size, chunk):  # small column j: alias = large column t
+        e = min(s + chunk, s_idx.size)
+        before = dcum[s - 1 : e - 1] if s > 0 else np.r_[0, dcum[: e - 1]]
+        alias[s_idx[s:e]] = l_idx[np.searchsorted(ecum, before, side="left")]
+    for s in range(0, l_idx.size, chunk):  # large columns: full unless they turn small
+        e = min(s + chunk, l_idx.size)
+        cols = l_idx[s:e]
+        threshold[cols] = unit
+        alias[cols] = cols
+        j = np.searchsorted(dcum, ecum[s:e], side="right")
+        turned = np.flatnonzero(j < dcum.size)
+        if turned.size:
+            k = s + turned
+            threshold[l_idx[k]] = unit - (dcum[j[turned]] - ecum[k])
+            alias[l_idx[k]] = l_idx[k + 1]
+    return alias
+
+
 class AliasTable:
     """Walker's alias table for i.i.d. draws of rows with ``P(X = i) ∝ w_i``.
 
@@ -109,105 +224,19 @@ class AliasTable:
         if not np.issubdtype(w.dtype, np.floating):
             w = w.astype(np.float64)
         ranges = [(s, min(s + chunk, n)) for s in range(0, n, chunk)]
-        wmax = 0.0
-        for s, e in ranges:  # validation, chunk by chunk (no N-sized temporaries)
-            c = w[s:e]
-            bad = ~np.isfinite(c)
-            if bad.any():
-                i = s + int(np.flatnonzero(bad)[0])
-                raise ValueError(
-                    f"AliasTable weights must be finite; weight {i} is {float(w[i])!r} "
-                    f"({_count(w, ranges, lambda x: ~np.isfinite(x))} non-finite in total).")
-            neg = c < 0
-            if neg.any():
-                i = s + int(np.flatnonzero(neg)[0])
-                raise ValueError(
-                    f"AliasTable weights must be >= 0; weight {i} is {float(w[i])!r} "
-                    f"({_count(w, ranges, lambda x: x < 0)} negative in total).")
-            wmax = max(wmax, float(c.max()))
-        if not wmax > 0.0:
-            raise ValueError("AliasTable weights must have a positive sum; all are zero.")
-
+        wmax = _check_weights(w, ranges)
         bits = min(52, 62 - n.bit_length())
         if bits < 20:
             raise ValueError(f"AliasTable supports at most 2**42 rows, got {n}.")
         unit = 1 << bits
         high = n * unit  # < 2**62
-        # w / wmax is in [0, 1]: no overflow of the sum
-        total_scaled = math.fsum(float(np.sum(w[s:e] / np.float64(wmax))) for s, e in ranges)
-        scale = float(high) / total_scaled
-        # Grid units, N * unit * w_i / sum(w), floored; the fractional parts are kept in
-        # float32 (they only rank rows for the rounding below). ``units`` becomes the
-        # threshold array in place.
-        units = np.empty(n, dtype=np.int64)
-        frac = np.empty(n, dtype=np.float32)
-        for s, e in ranges:
-            f = w[s:e] * np.float64(scale / wmax)  # float64, whatever the weights' type
-            u = np.floor(f)
-            units[s:e] = u
-            f -= u
-            f[w[s:e] == 0] = -1.0  # zero weights are never rounded up
-            frac[s:e] = f
-        # Largest-remainder rounding so that sum(units) == high exactly; zero weights
-        # keep zero units.
-        rest = high - int(units.sum())
-        if rest > 0:
-            n_pos = n - _count(w, ranges, lambda x: x == 0)
-            m = min(rest, n_pos)
-            if m == n_pos:
-                for s, e in ranges:
-                    units[s:e] += frac[s:e] >= 0
-            else:
-                cut = float(np.partition(frac, n - m)[n - m])  # the m-th largest
-                above = 0
-                for s, e in ranges:
-                    up = frac[s:e] > cut
-                    units[s:e] += up
-                    above += int(np.count_nonzero(up))
-                # ties at the cut: the first ones, in row order
-                ties = _where(frac, ranges, lambda x: x == cut, np.int64)[: m - above]
-                units[ties] += 1
-            rest -= m
-        del frac
-        if rest != 0:
-            # Only floating-point error of the scaling is left here (a few hundred
-            # units at most); the largest row holds >= unit >= 2**20 units.
-            i = int(np.argmax(units))
-            units[i] += rest
-            if units[i] < 0:  # pragma: no cover - impossible for N < 2**40
-                raise ValueError("AliasTable: could not normalise the weights.")
-
-        idx = index_dtype(n)
-        s_idx = _where(units, ranges, lambda x: x < unit, idx)
-        l_idx = _where(units, ranges, lambda x: x >= unit, idx)
-        # cumulative deficits of the small columns, excesses of the large ones
-        dcum = np.subtract(unit, units[s_idx])
-        np.cumsum(dcum, out=dcum)
-        ecum = units[l_idx]
-        ecum -= unit
-        np.cumsum(ecum, out=ecum)
-        threshold = units  # small columns already hold their own units
-        alias = np.empty(n, dtype=idx)
-        for s in range(0, s_idx.size, chunk):  # small column j: alias = large column t
-            e = min(s + chunk, s_idx.size)
-            before = dcum[s - 1 : e - 1] if s > 0 else np.r_[0, dcum[: e - 1]]
-            alias[s_idx[s:e]] = l_idx[np.searchsorted(ecum, before, side="left")]
-        for s in range(0, l_idx.size, chunk):  # large columns: full unless they turn small
-            e = min(s + chunk, l_idx.size)
-            cols = l_idx[s:e]
-            threshold[cols] = unit
-            alias[cols] = cols
-            j = np.searchsorted(dcum, ecum[s:e], side="right")
-            turned = np.flatnonzero(j < dcum.size)
-            if turned.size:
-                k = s + turned
-                threshold[l_idx[k]] = unit - (dcum[j[turned]] - ecum[k])
-                alias[l_idx[k]] = l_idx[k + 1]
+        units, total_scaled = _grid_units(w, ranges, wmax, high)
+        alias = _vose_pairing(units, ranges, unit, chunk)
 
         self.n = n
         self.total = float(total_scaled * wmax)
         self.alias = alias
-        self.threshold = threshold
+        self.threshold = units  # turned into the thresholds in place by the pairing
         self.bits = bits
         self._high = high
         self._mask = unit - 1

@@ -26,7 +26,15 @@ from typing import Callable
 import numpy as np
 from scipy import special
 
-from ._validation import check_epsilon, check_int
+from ._validation import (
+    InvalidParameterError,
+    check_callable,
+    check_epsilon,
+    check_float,
+    check_int,
+    check_real,
+)
+from .nonfinite import undecidable
 from .rows import RowSampler
 from .streaming import batch_moments, merge_moments
 
@@ -204,53 +212,84 @@ def austere_test(
     failure the paper warns about.
     """
     if check:
-        n_total = check_int("n_total", n_total, 1)
-        epsilon = check_epsilon(epsilon)
-        batch_size = check_int("batch_size", batch_size, 1)
-        if batch_increment is not None:
-            batch_increment = check_int("batch_increment", batch_increment, 1)
-        if not callable(loglik_diff):
-            raise ValueError("loglik_diff must be callable: loglik_diff(rows) -> ndarray.")
-        try:
-            log_ratio_o1 = float(log_ratio_o1)
-        except (TypeError, ValueError):
-            raise ValueError(
-                f"log_ratio_o1 must be a float, got {log_ratio_o1!r}.") from None
+        n_total, epsilon, batch_size, batch_increment, log_ratio_o1 = _check_args(
+            loglik_diff, n_total, log_ratio_o1, epsilon, batch_size, batch_increment)
     increment = batch_size if batch_increment is None else batch_increment
     o1 = log_ratio_o1
-
-    if log_u is None:
-        lu = math.log1p(-rng.random())  # u = 1 - U lies in (0, 1]
-    else:
-        try:
-            lu = float(log_u)
-        except (TypeError, ValueError):
-            raise ValueError(f"log_u must be a float in [-inf, 0], got {log_u!r}.") from None
-        if math.isnan(lu) or lu > 0.0:
-            raise ValueError(f"log_u must be in [-inf, 0], got {log_u!r}.")
-
-    if sampler is not None:
-        if getattr(sampler, "n_total", None) != n_total:
-            raise ValueError(
-                f"sampler draws from {getattr(sampler, 'n_total', None)} rows, but n_total={n_total}."
-            )
-        if getattr(sampler, "n_drawn", 0) != 0:
-            raise ValueError("sampler must be fresh (no rows drawn yet).")
-        draw = sampler.draw
-    elif epsilon == 0.0:
-        draw = _contiguous_rows(n_total)
-    else:
-        draw = RowSampler(n_total, rng).draw
-
+    lu = _draw_log_u(rng, log_u)
+    draw = _row_source(rng, n_total, epsilon, sampler)
     if not math.isfinite(o1):
         # Decided without touching the data (see Notes).
+        bad = undecidable(o1)
         return AustereResult(
-            accept=False, data_used=0, n_batches=0, exact=(o1 == -math.inf),
-            mean=_NAN, mu_0=_NAN, sd=_NAN, t=_NAN, delta=_NAN, log_u=lu,
-            nonfinite=(o1 != -math.inf),
+            accept=False, data_used=0, n_batches=0, exact=not bad,
+            mean=_NAN, mu_0=_NAN, sd=_NAN, t=_NAN, delta=_NAN, log_u=lu, nonfinite=bad,
         )
+    return _sequential_test(
+        draw, loglik_diff, n_total, o1, lu, epsilon=epsilon, batch_size=batch_size,
+        increment=increment, return_first_batch=return_first_batch, fpc=fpc,
+        exact_sum=exact_sum,
+    )
 
-    mu0 = (lu - o1) / n_total
+
+def _check_args(loglik_diff, n_total, log_ratio_o1, epsilon, batch_size, batch_increment):
+    """The arguments of :func:`austere_test`, checked: ``(n_total, epsilon, batch_size,
+    batch_increment, log_ratio_o1)`` as ``int``/``float``."""
+    n_total = check_int("n_total", n_total, 1)
+    epsilon = check_epsilon(epsilon)
+    batch_size = check_int("batch_size", batch_size, 1)
+    if batch_increment is not None:
+        batch_increment = check_int("batch_increment", batch_increment, 1)
+    check_callable("loglik_diff", loglik_diff, signature="loglik_diff(rows) -> ndarray")
+    log_ratio_o1 = check_float("log_ratio_o1", log_ratio_o1)
+    return n_total, epsilon, batch_size, batch_increment, log_ratio_o1
+
+
+def _draw_log_u(rng, log_u):
+    """``log u`` of Algorithm 1, line 3: ``log(1 - U)`` with ``U = rng.random()``, so
+    ``u`` lies in ``(0, 1]``; or the given ``log_u``, checked to lie in ``[-inf, 0]``."""
+    if log_u is None:
+        return math.log1p(-rng.random())
+    return check_real("log_u", log_u, -math.inf, 0.0, closed="both",
+                      what="a float in [-inf, 0]")
+
+
+def _row_source(rng, n_total, epsilon, sampler):
+    """``draw(m) -> rows``: the given fresh ``sampler``'s, rows in order for the exact test
+    (``epsilon == 0``: every row is read), else a new :class:`RowSampler` on ``rng``."""
+    if sampler is not None:
+        if getattr(sampler, "n_total", None) != n_total:
+            raise InvalidParameterError(
+                f"sampler draws from {getattr(sampler, 'n_total', None)} rows, but "
+                f"n_total={n_total}."
+            )
+        if getattr(sampler, "n_drawn", 0) != 0:
+            raise InvalidParameterError("sampler must be fresh (no rows drawn yet).")
+        return sampler.draw
+    if epsilon == 0.0:
+        return _contiguous_rows(n_total)
+    return RowSampler(n_total, rng).draw
+
+
+def _read_batch(draw, loglik_diff, size):
+    """The ``l_i`` of ``size`` new rows (fewer at the end of the data), as float64."""
+    rows = draw(size)
+    lvals = np.asarray(loglik_diff(rows), dtype=np.float64)
+    if lvals.shape != rows.shape:
+        raise ValueError(
+            f"loglik_diff returned shape {lvals.shape} for {rows.shape[0]} rows."
+        )
+    if rows.shape[0] == 0:
+        raise ValueError("sampler returned no rows before all n_total rows were drawn.")
+    return lvals
+
+
+def _sequential_test(draw, loglik_diff, n_total, o1, lu, *, epsilon, batch_size, increment,
+                     return_first_batch, fpc, exact_sum):
+    """The loop of Algorithm 1 (lines 4-12) for a finite ``log_ratio_o1``: read batches,
+    merge their moments, stop on a non-finite batch (:func:`undecidable`), on all ``N``
+    rows (:func:`_all_rows_result`) or when the t-test decides (:func:`_t_test_stage`)."""
+    mu0 = (lu - o1) / n_total  # eq. 2
     n = 0
     k = 0
     mean = 0.0
@@ -258,28 +297,15 @@ def austere_test(
     total = 0.0
     first = None
     size = batch_size
-    sd = t = delta = _NAN
-    stdtr = special.stdtr
     while True:
-        rows = draw(size)
-        lvals = np.asarray(loglik_diff(rows), dtype=np.float64)
-        if lvals.shape != rows.shape:
-            raise ValueError(
-                f"loglik_diff returned shape {lvals.shape} for {rows.shape[0]} rows."
-            )
-        if rows.shape[0] == 0:
-            raise ValueError("sampler returned no rows before all n_total rows were drawn.")
+        lvals = _read_batch(draw, loglik_diff, size)
         k += 1
         if return_first_batch and k == 1:
             first = lvals.copy()
         nb = lvals.shape[0]
         bsum = float(lvals.sum())
-        if not math.isfinite(bsum):
-            # -inf only: the full-data log ratio is -inf -> exact reject.
-            # NaN or +inf: undecidable, reject defensively.
-            bad = bool(np.isnan(lvals).any() or np.isposinf(lvals).any())
-            if not bad and not np.isneginf(lvals).any():
-                bad = True  # finite values whose sum overflowed
+        if not math.isfinite(bsum):  # -inf only: exact reject; NaN or +inf: undecidable
+            bad = undecidable(lvals)
             return AustereResult(
                 accept=False, data_used=n + nb, n_batches=k, exact=not bad,
                 mean=_NAN, mu_0=mu0, sd=_NAN, t=_NAN, delta=_NAN,
@@ -289,37 +315,52 @@ def austere_test(
         bmean, bm2 = batch_moments(lvals, bsum)
         n, mean, m2 = merge_moments(n, mean, m2, nb, bmean, bm2)
         total += bsum
-        if n >= n_total and exact_sum is not None:
-            full = float(exact_sum())
-            return AustereResult(
-                accept=bool(lu < o1 + full), data_used=n_total, n_batches=k, exact=True,
-                mean=full / n_total, mu_0=mu0, sd=0.0, t=_NAN, delta=_NAN, log_u=lu,
-                first_batch=first,
-            )
         if n >= n_total:
-            # All data seen: the exact MH decision, no t-test (Algorithm 1 with s = 0).
-            return AustereResult(
-                accept=bool(lu < o1 + total), data_used=n, n_batches=k, exact=True,
-                mean=mean, mu_0=mu0, sd=0.0, t=_NAN, delta=_NAN, log_u=lu,
-                first_batch=first,
-            )
+            return _all_rows_result(n, k, mean, total, n_total, o1, lu, mu0, first, exact_sum)
         if epsilon > 0.0 and n >= 2:
-            # eq. 4: standard error of l_bar with the finite population correction.
-            corr = (1.0 - (n - 1) / (n_total - 1)) if fpc else 1.0
-            sd = math.sqrt(m2 / (n - 1) / n * corr)
-            diff = mean - mu0
-            if sd > 0.0:
-                t = diff / sd  # eq. 5
-            elif diff != 0.0:
-                t = math.copysign(math.inf, diff)
-            else:
-                t = _NAN
-            if t == t:  # not NaN
-                delta = float(stdtr(n - 1, -abs(t)))  # 1 - Phi_{n-1}(|t|)
-                if delta < epsilon:
-                    return AustereResult(
-                        accept=diff > 0.0, data_used=n, n_batches=k, exact=False,
-                        mean=mean, mu_0=mu0, sd=sd, t=t, delta=delta, log_u=lu,
-                        first_batch=first,
-                    )
+            result = _t_test_stage(n, k, mean, m2, n_total, mu0, lu, epsilon, fpc, first)
+            if result is not None:
+                return result
         size = increment
+
+
+def _all_rows_result(n, k, mean, total, n_total, o1, lu, mu0, first, exact_sum):
+    """All data seen: the exact MH decision ``log u < log_ratio_o1 + sum_i l_i``, no t-test
+    (Algorithm 1 with ``s = 0``); with ``exact_sum`` (i.i.d. draws), on its full-data sum."""
+    if exact_sum is not None:
+        full = float(exact_sum())
+        return AustereResult(
+            accept=bool(lu < o1 + full), data_used=n_total, n_batches=k, exact=True,
+            mean=full / n_total, mu_0=mu0, sd=0.0, t=_NAN, delta=_NAN, log_u=lu,
+            first_batch=first,
+        )
+    return AustereResult(
+        accept=bool(lu < o1 + total), data_used=n, n_batches=k, exact=True,
+        mean=mean, mu_0=mu0, sd=0.0, t=_NAN, delta=_NAN, log_u=lu,
+        first_batch=first,
+    )
+
+
+def _t_test_stage(n, k, mean, m2, n_total, mu0, lu, epsilon, fpc, first):
+    """One t-test of Algorithm 1 (lines 7-11) on ``n >= 2`` rows: the result when
+    ``delta = 1 - Phi_{n-1}(|t|) < epsilon``, else ``None`` (read more rows)."""
+    # eq. 4: standard error of l_bar with the finite population correction.
+    corr = (1.0 - (n - 1) / (n_total - 1)) if fpc else 1.0
+    sd = math.sqrt(m2 / (n - 1) / n * corr)
+    diff = mean - mu0
+    if sd > 0.0:
+        t = diff / sd  # eq. 5
+    elif diff != 0.0:
+        t = math.copysign(math.inf, diff)
+    else:
+        t = _NAN
+    if t != t:  # NaN: no decision at this stage
+        return None
+    delta = float(special.stdtr(n - 1, -abs(t)))  # 1 - Phi_{n-1}(|t|)
+    if delta < epsilon:
+        return AustereResult(
+            accept=diff > 0.0, data_used=n, n_batches=k, exact=False,
+            mean=mean, mu_0=mu0, sd=sd, t=t, delta=delta, log_u=lu,
+            first_batch=first,
+        )
+    return None

@@ -18,8 +18,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._validation import check_choice, check_int, check_real
+from ._validation import InvalidParameterError, check_choice, check_int, check_real
 from .barker_correction import CorrectionDistribution, default_correction
+from .nonfinite import undecidable
 from .rows import RowSampler
 from .streaming import batch_moments, merge_moments
 
@@ -258,50 +259,79 @@ def barker_test(
         check_choice("error", error, ("acceptance", "lemma3"), owner="barker_test")
     o1 = float(log_ratio_o1)
     if not math.isfinite(o1):
-        bad = o1 != -math.inf
+        bad = undecidable(o1)
         return BarkerResult(False, 0, 0, 0.0, 0.0, not bad, o1, nonfinite=bad)
     N = int(n_total)
     corr = default_correction() if correction is None else correction
+    sampler = _fresh_sampler(sampler, N, rng, check)
+    return _grow_and_decide(
+        rng, loglik_diff, sampler, N, o1, corr, batch_size=int(batch_size),
+        step=int(batch_size if batch_increment is None else batch_increment),
+        inv_t=1.0 / float(temperature), delta=delta, error=error,
+    )
+
+
+def _fresh_sampler(sampler, n_total, rng, check):
+    """The row sampler: ``RowSampler(n_total, rng)`` by default; a given one is checked
+    (with ``check``) to be fresh and over ``n_total`` rows."""
+    if sampler is None:
+        return RowSampler(n_total, rng)
+    if check and (getattr(sampler, "n_total", n_total) != n_total
+                  or getattr(sampler, "n_drawn", 0) != 0):
+        raise InvalidParameterError(
+            f"The 'sampler' parameter of barker_test must be a fresh RowSampler over "
+            f"n_total={n_total} rows."
+        )
+    return sampler
+
+
+def _read_terms(sampler, loglik_diff, m, inv_t):
+    """The tempered terms ``l_i / T`` of ``m`` new rows, as float64."""
+    rows = sampler.draw(m)
+    lt = np.asarray(loglik_diff(rows), dtype=np.float64)
+    if lt.shape != rows.shape:
+        raise ValueError(
+            f"loglik_diff must return one value per row: got shape {lt.shape} for "
+            f"{rows.size} rows."
+        )
+    if inv_t != 1.0:
+        lt = lt * inv_t
+    return lt
+
+
+def _append(buf, n, lt, n_total):
+    """``buf`` holding its first ``n`` terms and then ``lt`` (grown by doubling, at most
+    ``n_total`` long)."""
+    k = lt.size
+    if n + k > buf.size:
+        new = np.empty(min(n_total, max(2 * buf.size, n + k)), dtype=np.float64)
+        new[:n] = buf[:n]
+        buf = new
+    buf[n : n + k] = lt
+    return buf
+
+
+def _grow_and_decide(rng, loglik_diff, sampler, N, o1, corr, *, batch_size, step, inv_t,
+                     delta, error):
+    """The loop of Algorithm 1: grow the minibatch until it is non-finite
+    (:func:`undecidable`), holds all ``N`` rows (the exact test, Equation 10) or passes
+    :func:`_minibatch_stage`."""
     sigma2 = corr.sigma * corr.sigma
     r_max = corr.max_density if error == "acceptance" else 0.0
-    if sampler is None:
-        sampler = RowSampler(N, rng)
-    elif check and (getattr(sampler, "n_total", N) != N or getattr(sampler, "n_drawn", 0) != 0):
-        raise ValueError(
-            f"The 'sampler' parameter of barker_test must be a fresh RowSampler over "
-            f"n_total={N} rows."
-        )
-    inv_t = 1.0 / float(temperature)
-    step = int(batch_size if batch_increment is None else batch_increment)
-
-    buf = np.empty(min(N, max(int(batch_size), 256)), dtype=np.float64)
+    buf = np.empty(min(N, max(batch_size, 256)), dtype=np.float64)
     n = 0
     n_batches = 0
     mean = 0.0  # running mean and sum of squared deviations of the terms
     m2 = 0.0
-    m = int(batch_size)
+    m = batch_size
     while True:
-        rows = sampler.draw(m)
-        lt = np.asarray(loglik_diff(rows), dtype=np.float64)
+        lt = _read_terms(sampler, loglik_diff, m, inv_t)
         n_batches += 1
-        if lt.shape != rows.shape:
-            raise ValueError(
-                f"loglik_diff must return one value per row: got shape {lt.shape} for "
-                f"{rows.size} rows."
-            )
-        if inv_t != 1.0:
-            lt = lt * inv_t
         k = lt.size
-        if n + k > buf.size:
-            new = np.empty(min(N, max(2 * buf.size, n + k)), dtype=np.float64)
-            new[:n] = buf[:n]
-            buf = new
-        buf[n : n + k] = lt
+        buf = _append(buf, n, lt, N)
         lsum = float(lt.sum())
         if not math.isfinite(lsum):  # some l_i is +-inf or nan: reject
-            bad = bool(np.isnan(lt).any() or np.isposinf(lt).any())
-            if not bad and not np.isneginf(lt).any():
-                bad = True  # finite terms whose sum overflowed
+            bad = undecidable(lt)
             total = -math.inf if not bad else math.nan
             return BarkerResult(False, n + k, n_batches, 0.0, 0.0, not bad, total, nonfinite=bad)
         bmean, bm2 = batch_moments(lt, lsum)
@@ -312,28 +342,40 @@ def barker_test(
             x_log = float(rng.logistic())
             return BarkerResult(bool(delta_exact + x_log > 0.0), N, n_batches, 0.0, 0.0, True,
                                 delta_exact, noise=x_log)
-
         if n >= 2:
-            var_l = m2 / (n - 1)
-            s2_delta = N * N * (1.0 - n / N) * var_l / n
-            # m3 >= ((n-1)/n)^1.5 (power means), which gives a lower bound of eps:
-            # skip the O(n) moment pass while that lower bound already exceeds delta.
-            m3_lo = ((n - 1) / n) ** 1.5 / math.sqrt(n) * (1.0 - 1e-12)
-            if error == "acceptance":
-                eps_lo = r_max * math.sqrt(s2_delta) * m3_lo
-            else:
-                eps_lo = BE_CONST_3 * m3_lo
-            if s2_delta < sigma2 and var_l > 0.0 and eps_lo <= delta:
-                m1, m3 = _abs_moments(buf[:n], mean, math.sqrt(var_l))
-                lemma3 = (BE_CONST_3 * m3 + BE_CONST_1 * m1) / math.sqrt(n)
-                if error == "acceptance":
-                    eps = r_max * math.sqrt(s2_delta) * m3 / math.sqrt(n)
-                else:
-                    eps = lemma3
-                if eps <= delta:
-                    delta_star = N * mean + o1
-                    x_nc = math.sqrt(sigma2 - s2_delta) * rng.standard_normal()
-                    noise = x_nc + float(corr.sample(rng))
-                    return BarkerResult(bool(delta_star + noise > 0.0), n, n_batches, eps,
-                                        s2_delta, False, delta_star, lemma3, noise)
+            result = _minibatch_stage(rng, buf[:n], n, n_batches, N, mean, m2, o1, corr,
+                                      sigma2, r_max, delta, error)
+            if result is not None:
+                return result
         m = step
+
+
+def _minibatch_stage(rng, terms, n, n_batches, N, mean, m2, o1, corr, sigma2, r_max, delta,
+                     error):
+    """One stage of Algorithm 1 on ``n >= 2`` terms: the decision ``Delta* + X_nc +
+    X_corr > 0`` (Equations 8, 12-13) once ``s^2 < sigma^2`` and the CLT error is at most
+    ``delta``, else ``None`` (grow the batch)."""
+    var_l = m2 / (n - 1)
+    s2_delta = N * N * (1.0 - n / N) * var_l / n
+    # m3 >= ((n-1)/n)^1.5 (power means), which gives a lower bound of eps:
+    # skip the O(n) moment pass while that lower bound already exceeds delta.
+    m3_lo = ((n - 1) / n) ** 1.5 / math.sqrt(n) * (1.0 - 1e-12)
+    if error == "acceptance":
+        eps_lo = r_max * math.sqrt(s2_delta) * m3_lo
+    else:
+        eps_lo = BE_CONST_3 * m3_lo
+    if not (s2_delta < sigma2 and var_l > 0.0 and eps_lo <= delta):
+        return None
+    m1, m3 = _abs_moments(terms, mean, math.sqrt(var_l))
+    lemma3 = (BE_CONST_3 * m3 + BE_CONST_1 * m1) / math.sqrt(n)
+    if error == "acceptance":
+        eps = r_max * math.sqrt(s2_delta) * m3 / math.sqrt(n)
+    else:
+        eps = lemma3
+    if not eps <= delta:
+        return None
+    delta_star = N * mean + o1
+    x_nc = math.sqrt(sigma2 - s2_delta) * rng.standard_normal()
+    noise = x_nc + float(corr.sample(rng))
+    return BarkerResult(bool(delta_star + noise > 0.0), n, n_batches, eps,
+                        s2_delta, False, delta_star, lemma3, noise)

@@ -17,7 +17,8 @@ have zero partial derivatives and do not change the bound. The sup constants mus
 depend on the response ``y_i`` (true for the families below) and must hold over the
 whole parameter space: families whose derivatives are unbounded (Poisson with log link,
 Normal with unknown scale) take the region bounds of :mod:`pymc_subsample.kernels.region`
-instead.
+instead. The families and their constants are those of the registry
+:mod:`pymc_subsample.kernels.families` (:meth:`GLMFamily.sup_derivative`).
 
 Everything works on chunks of rows, so a large (memory-mapped) design matrix is read
 once, chunk by chunk, and never copied whole. Nothing here imports PyMC or PyTensor.
@@ -29,9 +30,9 @@ import math
 import threading
 
 import numpy as np
-from scipy.special import log_ndtr
 
-from ._validation import check_finite_positive
+from .families import PROBIT_PEAK3, probit_lambda  # noqa: F401 - read from here too
+from .families import GLMFamily, family_names, find_family
 
 __all__ = [
     "FAMILIES",
@@ -39,51 +40,17 @@ __all__ = [
     "glm_bound_constants",
     "glm_row_bounds",
     "glm_sup_derivative",
+    "predictor_constants",
     "row_max_abs",
 ]
 
-FAMILIES = ("bernoulli_logit", "bernoulli_probit", "student_t", "normal")
 
-_ALIASES = {
-    "bernoulli_logit": "bernoulli_logit",
-    "logistic": "bernoulli_logit",
-    "logit": "bernoulli_logit",
-    "bernoulli": "bernoulli_logit",
-    "bernoulli_probit": "bernoulli_probit",
-    "probit": "bernoulli_probit",
-    "student_t": "student_t",
-    "studentt": "student_t",
-    "t": "student_t",
-    "normal": "normal",
-    "gaussian": "normal",
-}
-
-_UNBOUNDED = {
-    "poisson": "Poisson with log link: f(eta) = exp(eta) - y eta has unbounded derivatives",
-    "poisson_log": "Poisson with log link: f(eta) = exp(eta) - y eta has unbounded derivatives",
-}
-
-#: sup_s |s (1 - s)(1 - 2 s)| over s in (0, 1), attained at s = 1/2 -+ 1/(2 sqrt 3).
-_LOGIT_SUP3 = 1.0 / (6.0 * math.sqrt(3.0))
-#: sup_x |x (x^2 - 3)| / (1 + x^2)^3, attained at x = sqrt(2) - 1.
-_T_SUP3 = (3.0 + 2.0 * math.sqrt(2.0)) / 8.0
-
-def probit_lambda(t):
-    """The inverse Mills ratio ``lambda(t) = phi(t) / Phi(t)`` (``g' `` for ``g = log Phi``),
-    from ``log_ndtr`` so that it stays finite far in the left tail."""
-    t = np.asarray(t, dtype=np.float64)
-    return np.exp(-0.5 * t * t - 0.5 * math.log(2.0 * math.pi) - log_ndtr(t))
-
-
-#: the peak of g''' for g = log Phi (the standard normal log cdf), a root of g'''' found
-#: by Brent's method: g''' > 0 rises on (-inf, t*] and falls on [t*, inf)
-PROBIT_PEAK3 = 1.0023693410546552
-#: sup_t |g'''(t)| = g'''(PROBIT_PEAK3) = 0.295718819193..., with a 1e-6 relative margin
-_PROBIT_SUP3 = 0.29571881919312326 * (1.0 + 1e-6)
-
-
-def _positive(name: str, value, family: str) -> float:
-    return check_finite_positive(name, value, label=f"{family}: parameter {name}")
+def __getattr__(name):
+    """``FAMILIES``: the registered families with a global bound, read from the registry
+    (:mod:`pymc_subsample.kernels.families`) when asked for."""
+    if name == "FAMILIES":
+        return family_names("global_bound")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _check_params(family: str, params: dict, allowed: tuple[str, ...]) -> None:
@@ -97,84 +64,52 @@ def _check_params(family: str, params: dict, allowed: tuple[str, ...]) -> None:
         raise TypeError(f"{family}: missing parameter(s) {missing}.")
 
 
-def _canonical_family(family: str) -> str:
-    key = str(family).lower().replace("-", "_")
-    if key in _ALIASES:
-        return _ALIASES[key]
-    if key in _UNBOUNDED:
+def _canonical_family(family):
+    """The registered family ``family`` (name, alias or object) if it has a global
+    derivative bound, else a ValueError saying why not."""
+    fam = find_family(family)
+    if fam is not None and fam.global_bound:
+        return fam
+    if fam is not None:
         raise ValueError(
-            f"No global derivative bound for family {family!r} ({_UNBOUNDED[key]}); "
-            "Scalable MH needs bounds over the whole space, use a full-data step."
+            f"No global derivative bound for family {family!r} ({fam.unbounded}); "
+            "Scalable MH needs bounds over the whole space: use region bounds "
+            "(pymc_subsample.kernels.region) or a full-data step."
         )
     raise ValueError(
-        f"Unknown GLM family {family!r}; supported: {', '.join(FAMILIES)} "
+        f"Unknown GLM family {family!r}; supported: {', '.join(family_names('global_bound'))} "
         "(or pass the sup constant as a float)."
     )
 
 
-def glm_sup_derivative(family: str, m: int, **params) -> float:
+def glm_sup_derivative(family, m: int, **params) -> float:
     """``sup_eta |f^(m)(eta)|`` for the per-row GLM term ``U_i = f(eta_i)`` (eq. 12).
 
-    The constants below hold for every response ``y_i`` and ``m`` in {2, 3} (SMH-1
-    uses ``m = 2``, SMH-2 ``m = 3``).
+    The constants hold for every response ``y_i`` and ``m`` in {2, 3} (SMH-1 uses
+    ``m = 2``, SMH-2 ``m = 3``). Each family derives its own in its
+    :meth:`~pymc_subsample.kernels.families.GLMFamily.sup_derivative` (the class
+    docstrings of :mod:`pymc_subsample.kernels.families` give the derivations):
 
-    **Bernoulli with logit link** (``family="bernoulli_logit"``; no parameters).
-    With ``y in {-1, 1}``, ``f(eta) = log(1 + exp(-y eta))``; with ``y in {0, 1}``,
-    ``f(eta) = log(1 + exp(eta)) - y eta``. Both have, with ``s = sigmoid(eta)``,
-    ``|f''| = s (1 - s)`` and ``|f'''| = |s (1 - s)(1 - 2 s)|`` (the sign of ``y`` only
-    flips odd derivatives; the linear term drops out). ``s (1 - s) <= 1/4`` (at
-    ``s = 1/2``). For ``g(s) = s (1 - s)(1 - 2 s)``, ``g'(s) = 6 s^2 - 6 s + 1 = 0`` at
-    ``s = 1/2 -+ 1/(2 sqrt 3)``, where ``s (1 - s) = 1/6`` and ``|1 - 2 s| = 1/sqrt 3``:
-
-        sup |f''| = 1/4,    sup |f'''| = 1 / (6 sqrt 3) ~= 0.0962250.
-
-    **Bernoulli with probit link** (``family="bernoulli_probit"``; no parameters).
-    ``f(eta) = -log Phi(s eta)`` with ``s = 2 y - 1``, so ``|f^(m)(eta)| = |g^(m)(s eta)|``
-    for ``g = log Phi``. With ``lambda = phi / Phi`` (the inverse Mills ratio, and
-    ``lambda' = -lambda (t + lambda)``): ``g'' = -lambda (t + lambda)`` and
-    ``g''' = lambda (t + lambda)(t + 2 lambda) - lambda``. ``-g''`` is the variance
-    reduction of a normal truncated above, which lies in ``(0, 1)`` and tends to 1 as
-    ``t -> -inf`` (Sampford 1953, "Some inequalities on Mill's ratio and related
-    functions"); ``g'''`` is positive with one peak, at ``t* = 1.00237`` (a root of
-    ``g''''``, found numerically; the tests check both facts on a fine grid):
-
-        sup |f''| = 1,    sup |f'''| = g'''(t*) ~= 0.2957188.
-
-    **Student-t regression**, fixed ``nu > 0`` and scale ``sigma > 0``
-    (``family="student_t"``). Up to constants,
-    ``f(eta) = a log(1 + r^2 / c)`` with ``r = y - eta``, ``a = (nu + 1) / 2``,
-    ``c = nu sigma^2``. Derivatives in ``eta`` are ``(-1)^m`` times those in ``r``:
-
-        f''  = 2 a (c - r^2) / (c + r^2)^2,
-        f''' = 4 a r (r^2 - 3 c) / (c + r^2)^3     (as a function of r).
-
-    ``|f''|``: in ``t = r^2``, ``h(t) = (c - t) / (c + t)^2`` is decreasing until its
-    minimum ``-1/(8c)`` at ``t = 3c``, then increases to 0; so
-    ``sup |h| = max(h(0), 1/(8c)) = 1/c``. ``|f'''|``: with ``r = sqrt(c) x``,
-    ``f''' = 4 a c^(-3/2) k(x)``, ``k(x) = x (x^2 - 3) / (1 + x^2)^3``;
-    ``k'(x) = -3 (x^4 - 6 x^2 + 1) / (1 + x^2)^4`` vanishes at ``x^2 = 3 -+ 2 sqrt 2``,
-    i.e. ``x = sqrt 2 -+ 1``, where ``|k| = 1/(4 -+ 2 sqrt 2)^2``; the larger is
-    ``1/(24 - 16 sqrt 2) = (3 + 2 sqrt 2)/8`` (``k -> 0`` as ``|x| -> inf``). Hence
-
-        sup |f''|  = (nu + 1) / (nu sigma^2),
-        sup |f'''| = (nu + 1)(3 + 2 sqrt 2) / (4 (nu sigma^2)^(3/2)).
-
-    Neither depends on ``y``.
-
-    **Normal regression**, fixed ``sigma > 0`` (``family="normal"``).
-    ``f(eta) = (y - eta)^2 / (2 sigma^2)``: ``f'' = 1/sigma^2``, ``f''' = 0``, so
-    SMH-2's Taylor expansion is exact and every ``psi_i`` is 0 (the thinning test then
-    never touches the data).
+    * ``"bernoulli_logit"`` (no parameters): ``sup |f''| = 1/4``,
+      ``sup |f'''| = 1 / (6 sqrt 3) ~= 0.0962250``;
+    * ``"bernoulli_probit"`` (no parameters): ``sup |f''| = 1``,
+      ``sup |f'''| = g'''(t*) ~= 0.2957188`` (``g = log Phi``, ``t* = 1.00237``);
+    * ``"student_t"`` (``nu``, ``sigma`` fixed): ``sup |f''| = (nu + 1) / (nu sigma^2)``,
+      ``sup |f'''| = (nu + 1)(3 + 2 sqrt 2) / (4 (nu sigma^2)^(3/2))``;
+    * ``"normal"`` (``sigma`` fixed): ``f'' = 1/sigma^2`` and ``f''' = 0``, so SMH-2's
+      Taylor expansion is exact and every ``psi_i`` is 0.
 
     Parameters
     ----------
-    family : str
-        One of :data:`FAMILIES` (aliases: ``"logistic"``, ``"logit"``, ``"bernoulli"``, ``"probit"``,
-        ``"studentt"``, ``"t"``, ``"gaussian"``).
+    family : str or GLMFamily
+        A registered family with a global bound (:data:`FAMILIES`; aliases:
+        ``"logistic"``, ``"logit"``, ``"bernoulli"``, ``"probit"``, ``"studentt"``, ``"t"``,
+        ``"gaussian"``), or a :class:`~pymc_subsample.kernels.families.GLMFamily`.
     m : int
         Derivative order, ``k + 1`` (2 or 3).
     **params
-        ``nu`` and ``sigma`` for Student-t; ``sigma`` for Normal; none for logit and probit.
+        The family's fixed parameters: ``nu`` and ``sigma`` for Student-t, ``sigma`` for
+        Normal, none for logit and probit.
 
     Returns
     -------
@@ -184,24 +119,8 @@ def glm_sup_derivative(family: str, m: int, **params) -> float:
     m = int(m)
     if m not in (2, 3):
         raise ValueError(f"Derivative order m = k + 1 must be 2 or 3 (SMH-1/SMH-2), got {m}.")
-    if fam == "bernoulli_logit":
-        _check_params(fam, params, ())
-        return 0.25 if m == 2 else _LOGIT_SUP3
-    if fam == "bernoulli_probit":
-        _check_params(fam, params, ())
-        return 1.0 if m == 2 else _PROBIT_SUP3
-    if fam == "student_t":
-        _check_params(fam, params, ("nu", "sigma"))
-        nu = _positive("nu", params["nu"], fam)
-        sigma = _positive("sigma", params["sigma"], fam)
-        c = nu * sigma * sigma
-        if m == 2:
-            return (nu + 1.0) / c
-        return 2.0 * (nu + 1.0) * _T_SUP3 / c**1.5
-    # normal
-    _check_params(fam, params, ("sigma",))
-    sigma = _positive("sigma", params["sigma"], fam)
-    return 1.0 / (sigma * sigma) if m == 2 else 0.0
+    _check_params(fam.name, params, fam.fixed_params)
+    return fam.sup_derivative(m, **params)
 
 
 def row_max_abs(X_chunk, intercept: bool) -> np.ndarray:
@@ -249,8 +168,8 @@ def glm_bound_constants(family, M, order: int, *, scale=None, weights=None, **pa
 
     Parameters
     ----------
-    family : str or float
-        A family name (see :func:`glm_sup_derivative`) or the constant ``C`` itself
+    family : str, GLMFamily or float
+        A family (see :func:`glm_sup_derivative`) or the constant ``C`` itself
         (finite, >= 0) for any other ``f`` with a known bound.
     M : array_like, shape (n_rows,)
         Per-row ``M_i >= 0`` (a chunk is fine).
@@ -268,7 +187,7 @@ def glm_bound_constants(family, M, order: int, *, scale=None, weights=None, **pa
     k = int(order)
     if k not in (1, 2):
         raise ValueError(f"Taylor order k must be 1 or 2, got {order!r}.")
-    if isinstance(family, str):
+    if isinstance(family, (str, GLMFamily)):
         C = glm_sup_derivative(family, k + 1, **params)
     else:
         if params:
@@ -347,6 +266,48 @@ def glm_row_bounds(
             family, M, order, scale=part(scale, a, b), weights=part(weights, a, b), **params
         )
     return out
+
+
+def predictor_constants(family, order: int, J, base, *, whiten=None, radius=None, y=None,
+                        **params) -> np.ndarray:
+    """Bound constants of a chunk of one-parameter GLM rows from their predictor Jacobian.
+
+    ``J`` (rows x coordinates): the exact Jacobian of the affine linear predictor;
+    ``base``: the predictors at the centre. The row factor is ``M_i = max_j |J_ij|``
+    (eq. 12) or, with ``whiten`` (``L``), ``||J_i L||``; with ``radius`` the supremum of
+    ``|f^(k+1)|`` is taken over ``base_i -+ M_i radius`` only (region bounds,
+    :func:`pymc_subsample.kernels.region.local_sup`), else over the whole line
+    (:func:`glm_bound_constants`).
+
+    Parameters
+    ----------
+    family : str or GLMFamily
+    order : int
+        Taylor order ``k`` (1 or 2).
+    J, base : ndarray
+    whiten : ndarray, shape (d, d), optional
+    radius : float, optional
+    y : ndarray, optional
+        The rows' responses (families that read them: ``GLMFamily.needs_y``).
+    **params
+        The family's fixed parameters (per row or one number).
+
+    Returns
+    -------
+    ndarray of float64, shape (rows,)
+    """
+    from .region import local_sup  # region bounds; region.py does not import this module
+
+    fam = find_family(family) or family
+    M = np.abs(J).max(axis=1) if whiten is None else np.linalg.norm(J @ whiten, axis=1)
+    M = M * (1.0 + 1e-7)  # rounding margin: the differences of an affine function are exact
+    if radius is not None:
+        width = M * radius + 1e-9 * (1.0 + np.abs(base))
+        C = local_sup(fam, order + 1, base - width, base + width, y=y, **params)
+        return C * M ** (order + 1)
+    # e.g. f(eta) = g((y - eta) / sigma): the m-th derivative scales as sigma^-m
+    scale, sup_params = _canonical_family(fam).global_sup_args(params)
+    return glm_bound_constants(fam, M, order, scale=scale, **sup_params)
 
 
 class UpperBounds:

@@ -27,11 +27,16 @@ Bayesian inference with large datasets", Sec. 3.1: ``R_i(theta') - R_i(theta) = 
 from __future__ import annotations
 
 import math
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["TaylorProxy", "residuals", "VarianceCheck", "StoredGradients", "importance_weights"]
+__all__ = [
+    "TaylorProxy", "residuals", "VarianceCheck", "StoredGradients", "importance_weights",
+    "ControlVariate", "NoControlVariate", "TaylorControlVariate",
+    "PredictorTaylorControlVariate", "SagaControlVariate", "StoreState",
+]
 
 #: Control variates accepted by the steps: Taylor orders (``0``: plain differences) and
 #: ``"saga"`` (stored per-row gradients, :class:`StoredGradients`).
@@ -163,6 +168,15 @@ def _var(x: np.ndarray) -> float:
     return float(d.sum()) / x.size
 
 
+@dataclass(frozen=True)
+class StoreState:
+    """The per-chain state of a :class:`StoredGradients`: the stored gradients ``h``,
+    shape ``(N, d)``, and their sum."""
+
+    h: np.ndarray
+    total: np.ndarray
+
+
 class StoredGradients:
     """SAGA-style stored per-row gradients: the control variate of the MH tests, and the
     store of the SAGA gradient estimators
@@ -193,6 +207,13 @@ class StoredGradients:
     def reset(self) -> None:
         self.h = self._h0.copy()
         self.total = self.h.sum(axis=0)
+
+    def get_state(self) -> StoreState:
+        """The chain's store (copied)."""
+        return StoreState(self.h.copy(), self.total.copy())
+
+    def set_state(self, state: StoreState) -> None:
+        self.h, self.total = state.h.copy(), state.total.copy()
 
     def sum_diff(self, q, q_prop) -> float:
         """``S . u``: the control variate's exact sum over all rows."""
@@ -233,3 +254,215 @@ def importance_weights(grad: np.ndarray, grad_moved: np.ndarray) -> np.ndarray:
     """
     w = np.linalg.norm(grad, axis=1) + np.linalg.norm(grad_moved - grad, axis=1)
     return np.maximum(w, 1e-12 * max(float(w.mean()), 1e-300))
+
+
+# ---------------------------------------------------------------------- the protocol
+class ControlVariate(ABC):
+    """What a step holds for the per-row terms of its test: a control variate whose sum
+    over all ``N`` rows is known exactly, and the rows' residuals about it.
+
+    For ``l_i = log p(x_i | q') - log p(x_i | q)`` and a control variate ``c_i`` with
+    ``C = sum_i c_i`` known in closed form, ``sum_i l_i = C + sum_i (l_i - c_i)``: the step
+    adds :meth:`sum_diff` (``C``) to its test's data-free part and hands the kernel the
+    residuals ``l_i - c_i`` of the rows it reads (Bardenet, Doucet & Holmes 2017, "On
+    Markov chain Monte Carlo methods for tall data", Sec. 7.2; Cornish et al. 2019,
+    "Scalable Metropolis-Hastings for exact Bayesian inference with large datasets",
+    Sec. 3.1, where ``R_i(q') - R_i(q)`` is minus the residual).
+
+    The likelihood back-end ``lik`` is duck-typed (the steps pass their engine): it
+    provides ``loglik_diff(q, q_new, rows)`` and ``full_loglik_diff(q, q_new)``, and for
+    the Taylor variants ``loglik_diff_taylor`` or a predictor map's terms.
+
+    Adding a control variate: subclass, implement :meth:`setup` (it receives the step's
+    engine and the centre), :meth:`sum_diff` and :meth:`terms` (and :meth:`update` /
+    :meth:`reset` / :meth:`get_state` / :meth:`set_state` if it changes along a chain),
+    and hand an instance to ``AustereMH(control_variate=...)`` or
+    ``BarkerMinibatch(control_variate=...)``.
+    """
+
+    #: the value recorded as the step's ``setting_control_variate`` (0 none, 1 or 2
+    #: Taylor order, -1 SAGA, -2 any other)
+    setting: int = -2
+    #: order of the Taylor proxy (0: not a Taylor proxy; the surrogate gradient needs 1/2)
+    taylor_order: int = 0
+    #: whether :meth:`update` changes anything (the step then tells it the rows it read)
+    stateful: bool = False
+
+    def setup(self, lik, center) -> None:
+        """Called once by the step at its set-up: ``lik`` is its engine, ``center`` the
+        :class:`~pymc_subsample.center.Center` (the posterior mode, or ``center=``, with
+        the full-data gradient ``loglik_grad`` and Hessian ``loglik_hess`` there)."""
+        self.lik = lik
+
+    def coordinates(self, q) -> np.ndarray:
+        """Where the control variate lives: ``q`` itself, or predictor coordinates."""
+        return q
+
+    @abstractmethod
+    def sum_diff(self, q, q_new) -> float:
+        """``sum_i c_i(q, q_new)`` over all ``N`` rows, exactly."""
+
+    @abstractmethod
+    def terms(self, q, q_new, rows) -> tuple[np.ndarray, np.ndarray]:
+        """``(plain, residual)`` of ``rows``: ``l_i`` and ``l_i - c_i``."""
+
+    def residuals(self, q, q_new, rows) -> np.ndarray:
+        """``l_i - c_i`` of ``rows`` (when the plain differences are not needed)."""
+        return self.terms(q, q_new, rows)[1]
+
+    def full_diff(self, q, q_new) -> float:
+        """``sum_i l_i`` over all rows (the exact full-data log-likelihood ratio)."""
+        return self.lik.full_loglik_diff(q, q_new)
+
+    def grad(self, q) -> np.ndarray:
+        """Gradient in ``q`` of the proxy's sum ``sum_i lhat_i`` (Taylor proxies only:
+        the data-free surrogate that :class:`~pymc_subsample.proposals.SurrogateHMC`
+        follows)."""
+        raise NotImplementedError(f"{type(self).__name__} has no data-free surrogate.")
+
+    def update(self, q_now, rows) -> None:
+        """After a transition that read ``rows``: the chain is at ``q_now``."""
+
+    def reset(self) -> None:
+        """Start of a chain: back to the state right after the set-up."""
+
+    def get_state(self):
+        """What a chain changed (for PyMC's ``sampling_state``; None: nothing)."""
+        return None
+
+    def set_state(self, state) -> None:
+        """Restore :meth:`get_state`."""
+
+
+class NoControlVariate(ControlVariate):
+    """No control variate: the residuals are the plain differences (the papers' tests)."""
+
+    setting = 0
+
+    def __init__(self, lik):
+        self.lik = lik
+
+    def sum_diff(self, q, q_new) -> float:
+        return 0.0
+
+    def terms(self, q, q_new, rows):
+        plain = self.lik.loglik_diff(q, q_new, rows)
+        return plain, plain
+
+
+class TaylorControlVariate(ControlVariate):
+    """Taylor proxies of order 1 or 2 about a centre, in the step's space ``q``: the sum
+    in closed form (:class:`TaylorProxy`), the rows' terms from one call of the engine's
+    ``loglik_diff_taylor`` (directional derivatives; no per-row Hessian is formed).
+
+    ``recenter(proxy)`` swaps the proxy for a chain (e.g. about the chain's mean at the end
+    of tuning); :meth:`reset` restores the set-up's.
+    """
+
+    def __init__(self, lik, proxy: TaylorProxy):
+        self.lik, self._proxy0, self.proxy = lik, proxy, proxy
+        self.setting = self.taylor_order = proxy.order
+
+    @property
+    def center(self) -> np.ndarray:
+        """The proxy's centre, in the coordinates of :meth:`coordinates`."""
+        return self.proxy.center
+
+    def sum_diff(self, q, q_new) -> float:
+        return self.proxy.sum_diff(self.coordinates(q), self.coordinates(q_new))
+
+    def terms(self, q, q_new, rows):
+        t = self.lik.loglik_diff_taylor(q, q_new, self.proxy.center, rows, self.proxy.order)
+        return t[0], residuals(t)
+
+    def grad(self, q) -> np.ndarray:
+        return self.proxy.grad(q)
+
+    def recenter(self, proxy: TaylorProxy) -> None:
+        self.proxy = proxy
+
+    def reset(self) -> None:
+        self.proxy = self._proxy0
+
+    def get_state(self) -> TaylorProxy:
+        return self.proxy
+
+    def set_state(self, state: TaylorProxy) -> None:
+        self.proxy = state
+
+
+class PredictorTaylorControlVariate(TaylorControlVariate):
+    """Taylor proxies in predictor coordinates ``v = v(q)``: a GLM whose linear predictor
+    is affine in a few data-free parameter expressions but not in ``q`` (a non-centred
+    hierarchical model). ``vmap`` is the predictor map (``v``, ``vjp``, ``terms_fn``,
+    ``remainder_fn``, ``full_loglik_diff``); ``v(q)`` of the last two points is kept,
+    since a step asks for both several times."""
+
+    def __init__(self, vmap, proxy: TaylorProxy):
+        super().__init__(vmap, proxy)
+        self.vmap = vmap
+        self._seen = []
+
+    def coordinates(self, q) -> np.ndarray:
+        for q_seen, v in self._seen:
+            if q_seen is q:
+                return v
+        v = self.vmap.v(q)
+        self._seen = [(q, v), *self._seen[:1]]
+        return v
+
+    def terms(self, q, q_new, rows):
+        fn = self.vmap.terms_fn(self.coordinates(q), self.coordinates(q_new),
+                                self.proxy.center, self.proxy.order)
+        return fn(rows)
+
+    def residuals(self, q, q_new, rows) -> np.ndarray:
+        fn = self.vmap.remainder_fn(self.coordinates(q), self.coordinates(q_new),
+                                    self.proxy.center, self.proxy.order)
+        return -fn(rows)
+
+    def full_diff(self, q, q_new) -> float:
+        """The predictor map's NumPy row terms chunk by chunk (nothing to compile); a
+        proposal whose rows give NaN (a parameter outside its support) gives -inf."""
+        with np.errstate(all="ignore"):
+            total = self.vmap.full_loglik_diff(self.coordinates(q), self.coordinates(q_new))
+        return total if total == total else -math.inf
+
+    def grad(self, q) -> np.ndarray:
+        return self.vmap.vjp(q, self.proxy.grad(self.vmap.v(q)))
+
+    def reset(self) -> None:
+        super().reset()
+        self._seen = []
+
+
+class SagaControlVariate(ControlVariate):
+    """Stored per-row gradients (:class:`StoredGradients`, El hanchi 2019, "Scaling up
+    MCMC for Bayesian inference using adaptive data subsampling", Sec. 4-5): the
+    residuals ``l_i - h_i . u``; after each transition the rows read store their gradient
+    at the chain's new state (:meth:`update`)."""
+
+    setting = -1
+    stateful = True
+
+    def __init__(self, lik, store: StoredGradients):
+        self.lik, self.store = lik, store
+
+    def sum_diff(self, q, q_new) -> float:
+        return self.store.sum_diff(q, q_new)
+
+    def terms(self, q, q_new, rows):
+        plain = self.lik.loglik_diff(q, q_new, rows)
+        return plain, self.store.residuals(plain, rows, q, q_new)
+
+    def update(self, q_now, rows) -> None:
+        self.store.update(rows, self.lik.loglik_rows_grad(q_now, rows)[1])
+
+    def reset(self) -> None:
+        self.store.reset()
+
+    def get_state(self) -> StoreState:
+        return self.store.get_state()
+
+    def set_state(self, state: StoreState) -> None:
+        self.store.set_state(state)

@@ -54,6 +54,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ._validation import InvalidParameterError, check_choice, check_positive_int, check_share
 from .alias import AliasTable
 from .control_variates import StoredGradients
 
@@ -122,14 +123,6 @@ def _spread(z: np.ndarray, fpc: float) -> np.ndarray:
     return (z - z.mean(axis=0)) * math.sqrt(fpc / (m * (m - 1)))
 
 
-def _check_rows_batch(n_rows, batch_size):
-    if isinstance(n_rows, bool) or int(n_rows) != n_rows or int(n_rows) < 1:
-        raise ValueError(f"n_rows must be a positive integer, got {n_rows!r}.")
-    if isinstance(batch_size, bool) or int(batch_size) != batch_size or int(batch_size) < 1:
-        raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}.")
-    return int(n_rows), int(batch_size)
-
-
 class GradientEstimator(ABC):
     """Base class: uniform rows without replacement; subclasses combine them
     (:meth:`terms`).
@@ -158,7 +151,8 @@ class GradientEstimator(ABC):
     with_replacement = False
 
     def __init__(self, n_rows: int, batch_size: int):
-        self.n_rows, m = _check_rows_batch(n_rows, batch_size)
+        self.n_rows = check_positive_int("n_rows", n_rows)
+        m = check_positive_int("batch_size", batch_size)
         self.batch_size = m if self.with_replacement else min(m, self.n_rows)
         self._all = self.batch_size == self.n_rows and not self.with_replacement
         self._fpc = (self.n_rows - self.batch_size) / self.n_rows
@@ -292,9 +286,9 @@ class ImportanceEstimator(GradientEstimator):
         super().__init__(n_rows, batch_size)
         w = np.asarray(weights, dtype=np.float64)
         if w.shape != (self.n_rows,) or not np.all(np.isfinite(w)) or np.any(w < 0) or w.sum() <= 0:
-            raise ValueError("weights must be N non-negative finite numbers with a positive sum.")
-        if not 0.0 <= defensive <= 1.0:
-            raise ValueError(f"defensive must be in [0, 1], got {defensive!r}.")
+            raise InvalidParameterError(
+                "weights must be N non-negative finite numbers with a positive sum.")
+        check_share("defensive", defensive)  # the value itself is used below, as given
         p = (1.0 - defensive) * w / w.sum() + defensive / self.n_rows
         self.table = AliasTable(p)
         self.p = self.table.probabilities()
@@ -344,8 +338,7 @@ def make_estimator(name: str, n_rows: int, batch_size: int, *, grad_sum_center=N
     """The estimator ``name`` (a key of :data:`ESTIMATORS`) from what the set-up computed:
     ``grad_sum_center`` (``cv``), the per-row gradients at the centre ``grads_center``
     (``saga``, ``is_saga``), the importance weights ``weights`` (``is``, ``is_saga``)."""
-    if name not in ESTIMATORS:
-        raise ValueError(f"gradient estimator must be one of {sorted(ESTIMATORS)}, got {name!r}.")
+    check_choice("gradient estimator", name, tuple(sorted(ESTIMATORS)))
     if name == "minibatch":
         return MinibatchEstimator(n_rows, batch_size)
     if name == "cv":

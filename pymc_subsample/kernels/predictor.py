@@ -33,28 +33,46 @@ from __future__ import annotations
 
 import numpy as np
 import scipy.linalg as sla
-from scipy.special import log_expit, log_ndtr
 
-from .bounds import probit_lambda
+from .families import family_names, require
 
 __all__ = ["whitening", "PREDICTOR_FAMILIES", "SCALE_FAMILIES", "row_loglik", "remainder_difference",
            "predictor_sums", "scale_row_loglik", "scale_remainder_difference", "scale_sums"]
 
-#: families whose rows depend on the parameters through ``eta`` alone
-PREDICTOR_FAMILIES = ("bernoulli_logit", "bernoulli_probit", "poisson_log", "normal", "student_t")
-#: families whose rows depend on ``eta`` and a log scale ``s`` (location-scale, sigma sampled)
-SCALE_FAMILIES = ("normal_scale", "student_t_scale")
+
+def _one_param(family) -> bool:
+    """Rows through ``eta`` alone, with NumPy row terms (``GLMFamily.row_loglik``)."""
+    return not family.two_param and family.predictor_coordinates
 
 
-def row_loglik(family: str, eta, y, params: dict, *, derivatives: int = 2):
+def _scale(family) -> bool:
+    """Rows through ``eta`` and a log scale ``s`` (location-scale, sigma sampled), with
+    NumPy row terms (``GLMFamily.standard_logpdf``)."""
+    return family.two_param and family.predictor_coordinates
+
+
+def __getattr__(name):
+    """``PREDICTOR_FAMILIES`` (:func:`row_loglik`) and ``SCALE_FAMILIES``
+    (:func:`scale_row_loglik`), read from the registry
+    (:mod:`pymc_subsample.kernels.families`) when asked for."""
+    if name == "PREDICTOR_FAMILIES":
+        return family_names(_one_param)
+    if name == "SCALE_FAMILIES":
+        return family_names(_scale)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def row_loglik(family, eta, y, params: dict, *, derivatives: int = 2):
     """``log p(y_i | eta_i)`` up to a constant per row, and its first ``derivatives``
-    derivatives in ``eta``.
+    derivatives in ``eta`` (the rows of the Taylor control variates, Bardenet et al.
+    2017, Sec. 7.1; Cornish et al. 2019, eq. 10).
 
-    Families: ``"bernoulli_logit"`` and ``"bernoulli_probit"`` (``y`` in {0, 1}),
-    ``"poisson_log"`` (mean
-    ``exp(eta)``), ``"normal"`` (params ``sigma``) and ``"student_t"`` (params ``nu``,
-    ``sigma``), with location ``eta``. Row constants (``-log y!``, normalising terms) are
-    left out: only differences in ``eta`` are used.
+    Families: those of :data:`PREDICTOR_FAMILIES`, each by its
+    :meth:`~pymc_subsample.kernels.families.GLMFamily.row_loglik`:
+    ``"bernoulli_logit"`` and ``"bernoulli_probit"`` (``y`` in {0, 1}),
+    ``"poisson_log"`` (mean ``exp(eta)``), ``"normal"`` (params ``sigma``) and
+    ``"student_t"`` (params ``nu``, ``sigma``), with location ``eta``. Row constants
+    (``-log y!``, normalising terms) are left out: only differences in ``eta`` are used.
 
     Returns
     -------
@@ -63,37 +81,9 @@ def row_loglik(family: str, eta, y, params: dict, *, derivatives: int = 2):
     """
     eta = np.asarray(eta, dtype=np.float64)
     y = np.asarray(y, dtype=np.float64)
-    if family == "bernoulli_logit":
-        # log p = y eta - log(1 + e^eta) = log s(eta) - (1 - y) eta, s the logistic function
-        le = log_expit(eta)
-        l0 = le - (1.0 - y) * eta
-        if derivatives == 0:
-            return (l0,)
-        s = np.exp(le)
-        out = (l0, y - s, -s * (1.0 - s))
-    elif family == "bernoulli_probit":
-        # log p = log Phi(s eta), s = 2 y - 1; lambda = phi / Phi, lambda' = -lambda (t + lambda)
-        sgn = 2.0 * y - 1.0
-        t = sgn * eta
-        lam = probit_lambda(t)
-        out = (log_ndtr(t), sgn * lam, -lam * (t + lam))
-    elif family == "poisson_log":
-        mu = np.exp(eta)
-        out = (y * eta - mu, y - mu, -mu)
-    elif family == "normal":
-        sig2 = np.asarray(params["sigma"], dtype=np.float64) ** 2
-        r = y - eta
-        out = (-0.5 * r * r / sig2, r / sig2, -np.ones_like(r) / sig2)
-    elif family == "student_t":
-        nu = float(np.ravel(params["nu"])[0])
-        c = nu * np.asarray(params["sigma"], dtype=np.float64) ** 2
-        a = 0.5 * (nu + 1.0)
-        r = y - eta
-        den = c + r * r
-        out = (-a * np.log1p(r * r / c), 2.0 * a * r / den, 2.0 * a * (r * r - c) / den**2)
-    else:
-        raise ValueError(
-            f"predictor coordinates support the families {PREDICTOR_FAMILIES}, got {family!r}.")
+    fam = require(family, _one_param,
+                  "predictor coordinates support the families {supported}, got {family!r}.")
+    out = fam.row_loglik(eta, y, params, derivatives)
     return out[: derivatives + 1]
 
 
@@ -126,7 +116,7 @@ def predictor_sums(family, y, params, eta_hat, A, order: int, *, value: bool = F
     return (float(l0.sum()), grad, hess) if value else (grad, hess)
 
 
-def scale_row_loglik(family: str, eta, s, y, params: dict):
+def scale_row_loglik(family, eta, s, y, params: dict):
     """``log p(y_i | eta_i, sigma_i = e^s_i)`` up to a constant per row, its gradient and
     its Hessian in ``(eta, s)``.
 
@@ -144,7 +134,9 @@ def scale_row_loglik(family: str, eta, s, y, params: dict):
 
     Parameters
     ----------
-    family : {"normal_scale", "student_t_scale"}
+    family : str or GLMFamily
+        One of :data:`SCALE_FAMILIES` (``"normal_scale"``, ``"student_t_scale"``): a
+        family with :meth:`~pymc_subsample.kernels.families.GLMFamily.standard_logpdf`.
     eta, s, y : array_like
         Location, log scale and response of each row (broadcast together).
     params : dict
@@ -163,18 +155,11 @@ def scale_row_loglik(family: str, eta, s, y, params: dict):
 def _scale_terms(family, eta, s, y, params):
     es = np.exp(-s)
     t = (y - eta) * es
-    if family == "normal_scale":
-        h0, h1, h2 = -0.5 * t * t, -t, -np.ones_like(t)
-    elif family == "student_t_scale":
-        nu = float(np.ravel(params["nu"])[0])
-        d = nu + t * t
-        h0 = -0.5 * (nu + 1.0) * np.log1p(t * t / nu)
-        h1 = -(nu + 1.0) * t / d
-        h2 = -(nu + 1.0) * (nu - t * t) / (d * d)
-    else:
-        raise ValueError(
-            f"predictor coordinates with an unknown scale support the families {SCALE_FAMILIES}, "
-            f"got {family!r}.")
+    fam = require(
+        family, _scale,
+        "predictor coordinates with an unknown scale support the families {supported}, "
+        "got {family!r}.")
+    h0, h1, h2 = fam.standard_logpdf(t, params)
     k = h1 + t * h2
     return (h0 - s, -es * h1, -1.0 - t * h1, es * es * h2, es * k, t * k)
 

@@ -28,10 +28,12 @@ Two errors remain without a Metropolis-Hastings correction:
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
 __all__ = [
+    "Schedule",
     "SCHEDULES",
     "langevin_update",
     "step_size_at",
@@ -107,3 +109,17 @@ class NoiseAverage:
         w = 1.0 / min(self.n, self.window)
         self.cov = cov.copy() if self.cov is None else (1.0 - w) * self.cov + w * cov
         return self.cov
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """The step size of the chain's transitions: ``h0`` while tuning, then
+    :func:`~pymc_subsample.kernels.sgld.step_size_at` of the sampling transitions so far."""
+
+    h0: float
+    schedule: str
+    t0: float
+    gamma: float
+
+    def at(self, t: int) -> float:
+        return step_size_at(t, self.h0, self.schedule, t0=self.t0, gamma=self.gamma)

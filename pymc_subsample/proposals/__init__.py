@@ -40,6 +40,7 @@ from __future__ import annotations
 import difflib
 from typing import Any
 
+from ..kernels._validation import InvalidParameterError
 from .base import Proposal
 from .hmc import SurrogateHMC
 from .langevin import Langevin
@@ -95,7 +96,7 @@ def make_proposal(spec: str | type[Proposal], **kwargs: Any) -> Proposal:
     if isinstance(spec, type) and issubclass(spec, Proposal) and spec is not UserProposal:
         return spec(**kwargs)
     if not isinstance(spec, str):
-        raise TypeError(
+        raise InvalidParameterError(
             f"make_proposal expects a proposal name ({', '.join(map(repr, PROPOSAL_NAMES))}) "
             f"or a Proposal subclass, got {type(spec).__name__}."
         )
@@ -104,7 +105,7 @@ def make_proposal(spec: str | type[Proposal], **kwargs: Any) -> Proposal:
     if cls is None:
         close = difflib.get_close_matches(key, PROPOSAL_NAMES, n=1)
         hint = f" Did you mean {close[0]!r}?" if close else ""
-        raise ValueError(
+        raise InvalidParameterError(
             f"Unknown proposal {spec!r}. Valid names: {', '.join(map(repr, PROPOSAL_NAMES))}.{hint} "
             "You can also pass a Proposal instance or any object with a method "
             "draw(q, rng) -> (q_new, log_ratio)."
@@ -129,14 +130,17 @@ def as_proposal(obj: Any, **kwargs: Any) -> Proposal:
     """
     if isinstance(obj, Proposal):
         if kwargs:
-            raise TypeError("Keyword arguments can only be given with a proposal name or class, not an instance.")
+            raise InvalidParameterError(
+                "Keyword arguments can only be given with a proposal name or class, not an "
+                "instance.")
         return obj
     if isinstance(obj, str) or (isinstance(obj, type) and issubclass(obj, Proposal)):
         return make_proposal(obj, **kwargs)
     if kwargs:
-        raise TypeError("Keyword arguments can only be given with a proposal name or class.")
+        raise InvalidParameterError(
+            "Keyword arguments can only be given with a proposal name or class.")
     if obj is None:
-        raise TypeError(
+        raise InvalidParameterError(
             "No proposal given: pass one of " + ", ".join(map(repr, PROPOSAL_NAMES))
             + ", a Proposal instance, or an object with draw(q, rng) -> (q_new, log_ratio)."
         )

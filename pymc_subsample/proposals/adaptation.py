@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from ..kernels._validation import check_real
 from .validation import _check_target, _positive_scalar
 from ..kernels.streaming import RunningMoments
 
@@ -44,9 +45,7 @@ class _RobbinsMonro:
         self.target = _check_target(target)
         self.gain = _positive_scalar(gain, "adapt_gain")
         self.t0 = _positive_scalar(t0, "adapt_t0")
-        self.kappa = float(kappa)
-        if not 0.5 < self.kappa <= 1.0:
-            raise ValueError(f"adapt_kappa must be in (0.5, 1], got {kappa!r}.")
+        self.kappa = check_real("adapt_kappa", kappa, 0.5, 1.0, closed="right")
         self.avg_kappa = float(avg_kappa)
         self.start(0.0)
 

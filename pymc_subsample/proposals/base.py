@@ -11,6 +11,7 @@ from typing import Any, Callable
 import numpy as np
 from scipy import linalg as sla
 
+from ..kernels._validation import InvalidParameterError
 from .adaptation import _RobbinsMonro
 from .validation import _check_ndim, _check_target
 
@@ -37,11 +38,11 @@ class _CovFactor:
             c = np.full(ndim, float(c))
         if c.ndim == 1:
             if c.shape != (ndim,):
-                raise ValueError(
+                raise InvalidParameterError(
                     f"{name} given as variances has {c.shape[0]} entries, expected ndim={ndim}."
                 )
             if not (np.all(np.isfinite(c)) and np.all(c > 0.0)):
-                raise ValueError(f"{name} variances must be finite and positive.")
+                raise InvalidParameterError(f"{name} variances must be finite and positive.")
             self.diagonal = True
             self.sd = np.sqrt(c)
             self.inv_sd = 1.0 / self.sd
@@ -51,22 +52,23 @@ class _CovFactor:
         elif c.ndim == 2:
             self._set_matrix(c, ndim, name)
         else:
-            raise ValueError(f"{name} must be a scalar, a 1-D array of variances or a 2-D matrix.")
+            raise InvalidParameterError(
+                f"{name} must be a scalar, a 1-D array of variances or a 2-D matrix.")
 
     def _set_matrix(self, c: np.ndarray, ndim: int, name: str) -> None:
         """Check a full covariance matrix and store its Cholesky factor and inverse."""
         if c.shape != (ndim, ndim):
-            raise ValueError(f"{name} has shape {c.shape}, expected ({ndim}, {ndim}).")
+            raise InvalidParameterError(f"{name} has shape {c.shape}, expected ({ndim}, {ndim}).")
         if not np.all(np.isfinite(c)):
-            raise ValueError(f"{name} contains non-finite entries.")
+            raise InvalidParameterError(f"{name} contains non-finite entries.")
         scale = float(np.max(np.abs(c))) if c.size else 0.0
         if not np.allclose(c, c.T, rtol=1e-8, atol=1e-10 * scale):
-            raise ValueError(f"{name} must be a symmetric matrix.")
+            raise InvalidParameterError(f"{name} must be a symmetric matrix.")
         c = 0.5 * (c + c.T)
         try:
             L = sla.cholesky(c, lower=True)
         except np.linalg.LinAlgError:
-            raise ValueError(
+            raise InvalidParameterError(
                 f"{name} is not positive definite (Cholesky failed). If it is the inverse "
                 "Hessian at theta_hat, check that theta_hat is a mode (Hessian of U "
                 "positive definite) or regularise it, e.g. add a small multiple of the "
@@ -132,6 +134,11 @@ class Proposal(ABC):
     #: the factorised test under order-2 control variates (``"first_factor"``: the
     #: Hamiltonian error on the surrogate, as HMC tunes)
     tune_signal: str = "accepted"
+    #: the gradient estimator (:mod:`pymc_subsample.kernels.gradient_estimators`) the step
+    #: builds for ``grad_fn`` (None: the plain minibatch gradient); with it, ``batch_size``
+    #: rows per estimate
+    estimator_name: str | None = None
+    batch_size: int | None = None
     #: the attributes that ``_reset_state`` re-creates and tuning changes (besides
     #: ``tuning`` and the step-size adapter): the chain state of :meth:`get_state`
     _state_attrs: tuple[str, ...] = ()
@@ -274,7 +281,7 @@ class Proposal(ABC):
             self._require_setup()
         q = np.asarray(q, dtype=np.float64)
         if q.shape != self._shape:
-            raise ValueError(
+            raise InvalidParameterError(
                 f"{type(self).__name__}.draw expects a 1-D vector of length ndim={self.ndim}, "
                 f"got shape {q.shape}."
             )

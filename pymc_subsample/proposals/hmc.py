@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 
+from ..kernels._validation import InvalidParameterError, check_positive_int
 from ..kernels.streaming import RunningMoments
 from .adaptation import _TunedScalar, shrunk_covariance
 from .base import Proposal, _CovFactor
@@ -82,14 +83,12 @@ class SurrogateHMC(_TunedScalar, Proposal):
                          adapt_t0=adapt_t0, adapt_kappa=adapt_kappa)
         self._user_h = None if step_size is None else _positive_scalar(step_size, "step_size")
         self.path_length = _positive_scalar(path_length, "path_length")
-        if isinstance(max_steps, bool) or int(max_steps) != max_steps or max_steps < 1:
-            raise ValueError(f"max_steps must be a positive integer, got {max_steps!r}.")
-        self.max_steps = int(max_steps)
+        self.max_steps = check_positive_int("max_steps", max_steps)
         self.adapt_mass = bool(adapt_mass)
 
     def _setup(self, ndim, *, scaling, grad_fn, n_total, mode, cov):
         if grad_fn is None or cov is None:
-            raise ValueError(
+            raise InvalidParameterError(
                 "SurrogateHMC needs setup(..., grad_fn=g, cov=C): g(q) the gradient of the "
                 "data-free surrogate log density, C a covariance for the whitening (the "
                 "inverse Hessian at theta_hat).")

@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from ..kernels._validation import InvalidParameterError, check_choice, check_positive_int
 from ..kernels.gradient_estimators import ESTIMATORS
 from .adaptation import _TunedScalar
 from .base import _MALA_OPTIMAL, _RW_OPTIMAL, Proposal, _CovFactor
@@ -91,38 +92,32 @@ class Langevin(_TunedScalar, Proposal):
                  adapt: bool = True, target_accept: float = 0.574, precondition: Any = False,
                  adapt_gain: float = 1.0, adapt_t0: float = 10.0, adapt_kappa: float = 0.6,
                  gradient: str | None = None):
-        if gradient is not None and (not isinstance(gradient, str) or gradient not in ESTIMATORS):
-            raise ValueError(
-                f"gradient must be None or one of {sorted(ESTIMATORS)} (the gradient "
-                f"estimator), got {gradient!r}."
-            )
+        check_choice("gradient", gradient, tuple(sorted(ESTIMATORS)), allow_none=True)
         #: the gradient estimator the step builds for this proposal (None: the step's
         #: plain minibatch gradient)
         self.estimator_name = gradient
         super().__init__(adapt=adapt, target_accept=target_accept, adapt_gain=adapt_gain,
                          adapt_t0=adapt_t0, adapt_kappa=adapt_kappa)
         self._user_h = None if step_size is None else _positive_scalar(step_size, "step_size")
-        if int(batch_size) != batch_size or int(batch_size) < 1:
-            raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}.")
-        self.batch_size = int(batch_size)
+        self.batch_size = check_positive_int("batch_size", batch_size)
         if isinstance(precondition, str):
-            if precondition != "diag":
-                raise ValueError(f"precondition must be False, True, 'diag' or an array, got {precondition!r}.")
+            check_choice("precondition", precondition, ("diag",),
+                         what="False, True, 'diag' or an array")
         elif not isinstance(precondition, (bool, np.bool_)):
             precondition = np.array(precondition, dtype=float)
         self.precondition = precondition
 
     def _setup(self, ndim, *, scaling, grad_fn, n_total, mode, cov):
         if grad_fn is None or not callable(grad_fn):
-            raise ValueError(
+            raise InvalidParameterError(
                 "Langevin needs setup(..., grad_fn=f, n_total=N) with f(q, rows) returning the "
                 "minibatch gradient of the log posterior; use a step method that provides "
                 "gradients or another proposal (e.g. 'random_walk')."
             )
-        if n_total is None or int(n_total) != n_total or int(n_total) < 1:
-            raise ValueError(f"Langevin needs setup(..., n_total=N) with N >= 1 rows, got {n_total!r}.")
+        check_positive_int("n_total", n_total,
+                           what="the number of rows N >= 1 (Langevin needs setup(..., n_total=N))")
         if self.estimator_name is not None and not hasattr(grad_fn, "draw_rows"):
-            raise ValueError(
+            raise InvalidParameterError(
                 f"Langevin(gradient={self.estimator_name!r}) needs a step that builds gradient "
                 "estimators (AustereMH, BarkerMinibatch, ScalableMH); this grad_fn has no "
                 "draw_rows. Use gradient=None."
@@ -148,7 +143,7 @@ class Langevin(_TunedScalar, Proposal):
             return _CovFactor(pre, ndim, "precondition")
         if isinstance(pre, str) or bool(pre):
             if cov is None:
-                raise ValueError(
+                raise InvalidParameterError(
                     "Langevin(precondition=True/'diag') needs setup(..., cov=...); the step did "
                     "not provide one. Pass the preconditioner explicitly, e.g. "
                     "Langevin(precondition=variances_or_matrix), or use precondition=False."
@@ -168,7 +163,7 @@ class Langevin(_TunedScalar, Proposal):
         if scaling is not None and np.ndim(scaling) == 0:
             return _positive_scalar(scaling, "scaling (Langevin step size h)")
         if scaling is not None:
-            raise ValueError(
+            raise InvalidParameterError(
                 "Langevin interprets setup(scaling=...) as the scalar step size h; got an "
                 "array. Use precondition=... for per-dimension scales."
             )

@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 
+from ..kernels._validation import InvalidParameterError, check_real
 from .adaptation import _TunedScalar
 from .base import _RW_OPTIMAL, Proposal, _CovFactor
 from .validation import _start_value
@@ -79,29 +80,28 @@ class PCN(_TunedScalar, Proposal):
         super().__init__(adapt=adapt, target_accept=target_accept, adapt_gain=adapt_gain,
                          adapt_t0=adapt_t0, adapt_kappa=adapt_kappa)
         if rho is not None:
-            r = float(rho)
-            if not 0.0 <= r < 1.0:
-                raise ValueError(f"rho must be in [0, 1), got {rho!r}.")
+            r = check_real("rho", rho, 0.0, 1.0, closed="left")
             self._user_beta = math.sqrt(1.0 - r)
         else:
             self._user_beta = None
 
     def _setup(self, ndim, *, scaling, grad_fn, n_total, mode, cov):
         if mode is None or cov is None:
-            raise ValueError(
+            raise InvalidParameterError(
                 "PCN needs setup(..., mode=m, cov=C): the mean and covariance of the Gaussian "
                 "approximation it is reversible for (for ScalableMH m = theta_hat - H^-1 grad "
                 "U(theta_hat), C = H^-1)."
             )
         m = np.array(np.atleast_1d(mode), dtype=np.float64)
         if m.shape != (ndim,) or not np.all(np.isfinite(m)):
-            raise ValueError(f"mode must be a finite vector of length ndim={ndim}.")
+            raise InvalidParameterError(f"mode must be a finite vector of length ndim={ndim}.")
         self._mode = m
         self._factor = _CovFactor(cov, ndim, "cov")
         b0 = _start_value(self._user_beta, scaling, "scaling (PCN sqrt(1 - rho))",
                           min(1.0, _RW_OPTIMAL / math.sqrt(ndim)))
         if b0 > 1.0:  # only a step's scaling can be: the user's rho gives beta <= 1
-            raise ValueError(f"PCN scaling = sqrt(1 - rho) must be in (0, 1], got {b0}.")
+            raise InvalidParameterError(
+                f"PCN scaling = sqrt(1 - rho) must be in (0, 1], got {b0}.")
         self._beta0 = b0
 
     _state_attrs = ("_beta", "_a")

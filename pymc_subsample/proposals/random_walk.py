@@ -11,6 +11,12 @@ from typing import Any
 import numpy as np
 from scipy import linalg as sla
 
+from ..kernels._validation import (
+    InvalidParameterError,
+    check_int,
+    check_positive_int,
+    check_real,
+)
 from ..kernels.streaming import RunningMoments
 from .adaptation import _TunedScalar
 from .base import _RW_OPTIMAL, Proposal, _CovFactor
@@ -91,17 +97,12 @@ class RandomWalk(_TunedScalar, Proposal):
                  adapt_kappa: float = 0.6, max_scale_factor: float = math.inf):
         super().__init__(adapt=adapt, target_accept=target_accept, adapt_gain=adapt_gain,
                          adapt_t0=adapt_t0, adapt_kappa=adapt_kappa)
-        if not max_scale_factor >= 1.0:
-            raise ValueError(f"max_scale_factor must be >= 1, got {max_scale_factor!r}.")
+        check_real("max_scale_factor", max_scale_factor, 1.0, math.inf, closed="both")
         self._log_max_up = min(math.log(max_scale_factor), 40.0)
         self._user_scaling = None if scaling is None else _scale_vector(scaling, None, "scaling")
         self.adapt_covariance = bool(adapt_covariance)
-        if cov_start is not None and int(cov_start) < 2:
-            raise ValueError(f"cov_start must be at least 2, got {cov_start!r}.")
-        self._cov_start_arg = None if cov_start is None else int(cov_start)
-        if int(cov_update_interval) < 1:
-            raise ValueError(f"cov_update_interval must be >= 1, got {cov_update_interval!r}.")
-        self.cov_update_interval = int(cov_update_interval)
+        self._cov_start_arg = None if cov_start is None else check_int("cov_start", cov_start, 2)
+        self.cov_update_interval = check_positive_int("cov_update_interval", cov_update_interval)
         self._warned_no_q = False
 
     def _setup(self, ndim, *, scaling, grad_fn, n_total, mode, cov):
@@ -175,7 +176,8 @@ class RandomWalk(_TunedScalar, Proposal):
     def _welford_add(self, q):
         q = np.asarray(q, dtype=np.float64).reshape(-1)
         if q.shape != (self.ndim,):
-            raise ValueError(f"tune(q=...) needs a vector of length {self.ndim}, got shape {q.shape}.")
+            raise InvalidParameterError(
+                f"tune(q=...) needs a vector of length {self.ndim}, got shape {q.shape}.")
         self._window.add(q)
 
     def _estimate_factor(self):
@@ -279,7 +281,7 @@ class PreconditionedRandomWalk(_TunedScalar, Proposal):
 
     def _setup(self, ndim, *, scaling, grad_fn, n_total, mode, cov):
         if cov is None:
-            raise ValueError(
+            raise InvalidParameterError(
                 "PreconditionedRandomWalk needs setup(..., cov=C) with C the inverse Hessian at "
                 "theta_hat (or another covariance); use RandomWalk when none is available."
             )
@@ -364,7 +366,7 @@ class ReversibleRandomWalk(PreconditionedRandomWalk):
         super()._setup(ndim, scaling=scaling, grad_fn=grad_fn, n_total=n_total, mode=mode,
                        cov=cov)
         if grad_fn is None or mode is None:
-            raise ValueError(
+            raise InvalidParameterError(
                 "ReversibleRandomWalk needs setup(..., grad_fn=, mode=theta_hat): the gradient "
                 "of the target's first-order approximation at theta_hat."
             )

@@ -9,6 +9,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from ..kernels._validation import InvalidParameterError
 from .base import Proposal
 
 
@@ -57,7 +58,7 @@ class UserProposal(Proposal):
     def __init__(self, obj: Any):
         super().__init__(adapt=False)
         if isinstance(obj, type):
-            raise TypeError(
+            raise InvalidParameterError(
                 f"Got the class {obj.__name__}, not an instance: pass {obj.__name__}(...) "
                 "as the proposal."
             )
@@ -66,13 +67,13 @@ class UserProposal(Proposal):
             if callable(obj):
                 self._is_function = True
             else:
-                raise TypeError(
+                raise InvalidParameterError(
                     f"A proposal must have a method draw(q, rng) -> (q_new, log_ratio); "
                     f"{type(obj).__name__} object has no 'draw'. Define draw, pass a function "
                     "f(q, rng), or use one of the names " + _builtin_names() + "."
                 )
         elif not callable(draw):
-            raise TypeError(
+            raise InvalidParameterError(
                 f"{type(obj).__name__}.draw is not callable (got {type(draw).__name__}); it "
                 "must be a method draw(q, rng) -> (q_new, log_ratio)."
             )

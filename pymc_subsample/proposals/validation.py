@@ -1,41 +1,41 @@
-"""Argument checks shared by the proposals (pure Python and NumPy)."""
+"""Argument checks shared by the proposals (pure Python and NumPy).
+
+The rules themselves (integers, reals in an interval, positive numbers) and the error
+type, :class:`~pymc_subsample.kernels._validation.InvalidParameterError`, are those of
+:mod:`pymc_subsample.kernels._validation`; this module adds what only proposals need
+(a tuned scalar's start, a per-dimension scale).
+"""
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
 
+from ..kernels._validation import (
+    InvalidParameterError,
+    check_positive,
+    check_positive_int,
+    check_real,
+)
+
 
 def _check_ndim(ndim: Any) -> int:
-    """``ndim`` as a positive ``int`` (TypeError or ValueError otherwise)."""
-    try:
-        n = int(ndim)
-    except (TypeError, ValueError):
-        raise TypeError(f"ndim must be a positive integer, got {ndim!r}.") from None
-    if n != ndim or n < 1:
-        raise ValueError(f"ndim must be a positive integer, got {ndim!r}.")
-    return n
+    """``ndim`` as a positive ``int``."""
+    return check_positive_int("ndim", ndim)
 
 
 def _check_target(target_accept: float) -> float:
     """A target acceptance rate in the open interval (0, 1)."""
-    t = float(target_accept)
-    if not 0.0 < t < 1.0:
-        raise ValueError(f"target_accept must be in (0, 1), got {target_accept!r}.")
-    return t
+    return check_real("target_accept", target_accept, 0.0, 1.0)
 
 
 def _positive_scalar(value: Any, name: str) -> float:
     """A finite positive scalar ``value`` as a float; ``name`` is used in the error."""
-    arr = np.asarray(value, dtype=float)
-    if arr.ndim != 0:
-        raise ValueError(f"{name} must be a positive scalar, got an array of shape {arr.shape}.")
-    v = float(arr)
-    if not (math.isfinite(v) and v > 0.0):
-        raise ValueError(f"{name} must be a finite positive number, got {value!r}.")
-    return v
+    if np.ndim(value) != 0:
+        raise InvalidParameterError(
+            f"{name} must be a positive scalar, got an array of shape {np.shape(value)}.")
+    return check_positive(name, value)
 
 
 def _start_value(user: float | None, scaling: Any, name: str, default: float) -> float:
@@ -52,17 +52,17 @@ def _scale_vector(value: Any, ndim: int | None, name: str) -> np.ndarray:
     """Validate a positive scalar or per-dimension scale; return a float64 array."""
     arr = np.array(value, dtype=float)
     if arr.ndim > 1:
-        raise ValueError(
+        raise InvalidParameterError(
             f"{name} must be a scalar or a 1-D array with one value per dimension, "
             f"got shape {arr.shape}."
         )
     if not (np.all(np.isfinite(arr)) and np.all(arr > 0.0)):
-        raise ValueError(f"{name} must be finite and positive, got {value!r}.")
+        raise InvalidParameterError(f"{name} must be finite and positive, got {value!r}.")
     if ndim is not None:
         if arr.ndim == 0:
             arr = np.full(ndim, float(arr))
         elif arr.shape != (ndim,):
-            raise ValueError(
+            raise InvalidParameterError(
                 f"{name} has {arr.shape[0]} entries but the sampled vector has ndim={ndim}; "
                 "give a scalar or one value per dimension of the raveled unconstrained vector."
             )

@@ -6,10 +6,10 @@ by default (Bardenet, Doucet & Holmes 2017, Sec. 7.2)."""
 from __future__ import annotations
 
 import math
-import numbers
 
 from scipy.special import expit
 
+from ..kernels._validation import InvalidParameterError, check_choice, check_positive
 from ..kernels.barker import barker_test
 from ..kernels.clt_error import barker_clt_weight
 from ..kernels.barker_correction import default_correction
@@ -114,20 +114,18 @@ class BarkerMinibatch(GrowingBatchStep):
         steps_per_draw=3,
         **kwargs,
     ):
-        for name, value in (("delta", delta), ("temperature", temperature)):
-            if isinstance(value, bool) or not isinstance(value, numbers.Real) or not value > 0:
-                raise ValueError(f"{name} must be a positive number, got {value!r}.")
-        if not delta <= 0.5:
-            raise ValueError(
+        self.delta = check_positive("delta", delta, finite=False, strict=True,
+                                    what="a positive number")
+        if not self.delta <= 0.5:
+            raise InvalidParameterError(
                 f"delta must be at most 0.5, got {delta!r}: it bounds the error of the "
-                "acceptance probability (typical values 0.001-0.05; smaller reads more rows)."
-            )
-        if not math.isfinite(temperature):
-            raise ValueError(f"temperature must be a finite positive number, got {temperature!r}.")
-        if error not in ("acceptance", "lemma3"):
-            raise ValueError(f"error must be 'acceptance' or 'lemma3', got {error!r}.")
-        self.delta = float(delta)
-        self.temperature = float(temperature)
+                "acceptance probability (typical values 0.001-0.05; smaller reads more rows).")
+        self.temperature = check_positive("temperature", temperature, finite=False,
+                                          strict=True, what="a positive number")
+        if not math.isfinite(self.temperature):
+            raise InvalidParameterError(
+                f"temperature must be a finite positive number, got {temperature!r}.")
+        check_choice("error", error, ("acceptance", "lemma3"))
         self.loglik_weight = 1.0 / self.temperature  # the tempered target, for set-up
         self.error = error
         if kwargs.get("sampling", "uniform") != "uniform":

@@ -1,91 +1,16 @@
 """Gradient estimates of the log posterior from minibatches, for the Langevin moves.
 
-:func:`build_estimator` runs the set-up passes an estimator of
-:mod:`pymc_subsample.kernels.gradient_estimators` needs (per-row gradients at the centre,
-importance weights) and refuses SAGA's store when it would not fit in memory;
 :class:`GradientOracle` evaluates the rows' gradients through a step's engine and combines
-them. Shared by :class:`~pymc_subsample.SGLD` and the MH-corrected ``Langevin(gradient=...)``
+them with an estimator of :mod:`pymc_subsample.kernels.gradient_estimators` (built by
+:func:`pymc_subsample.steps.setup.build_estimator`). Shared by :class:`~pymc_subsample.SGLD` and the MH-corrected ``Langevin(gradient=...)``
 proposals of the other steps.
 """
 
 from __future__ import annotations
 
-import math
-import os
-
 import numpy as np
 
-from ..kernels.control_variates import importance_weights
-from ..kernels.gradient_estimators import make_estimator, saga_bytes
-
-__all__ = ["GradientOracle", "build_estimator"]
-
-
-def _available_memory() -> float:
-    """Bytes of memory available to new allocations (``MemAvailable``), or inf."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return 1024.0 * float(line.split()[1])
-    except OSError:  # pragma: no cover - not Linux
-        pass
-    try:  # pragma: no cover
-        return float(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
-    except (ValueError, OSError, AttributeError):  # pragma: no cover
-        return math.inf
-
-
-def build_estimator(step, name: str, batch_size: int, *, defensive: float = 0.1,
-                    max_memory=None):
-    """The gradient estimator ``name`` (validated by the caller: ``SGLD`` or ``Langevin``)
-    for a step with an engine and a centre
-    (``step.center``; None is allowed only for ``"minibatch"``): the set-up passes it
-    needs (per-row gradients at the centre for SAGA, importance weights) run here.
-
-    SAGA's store is refused, before anything is allocated, when it would exceed
-    ``max_memory`` bytes (default: half the memory available now, at most 4 GiB).
-    """
-    eng = step.engine
-    n, d = eng.n_rows, eng.ndim
-    if name in ("saga", "is_saga"):
-        need = saga_bytes(n, d)
-        limit = (min(4 * 2**30, 0.5 * _available_memory()) if max_memory is None
-                 else float(max_memory))
-        if need > limit:
-            raise MemoryError(
-                f"{type(step).__name__}(gradient={name!r}) stores {n:,} x {d} per-row gradients "
-                f"per chain ({need / 2**30:.2f} GiB with its starting copy), over the limit of "
-                f"{limit / 2**30:.2f} GiB (max_memory=). Use gradient='cv' (Taylor control "
-                "variates, which store nothing per row), or raise max_memory= if the memory "
-                "is really there."
-            )
-    if name == "minibatch":
-        return make_estimator(name, n, batch_size)
-    if getattr(step, "center", None) is None:
-        raise ValueError(
-            f"the gradient estimator {name!r} needs a centre (the posterior mode), and "
-            f"{type(step).__name__} has none here (control_variate=0?). Use control "
-            "variates, or gradient='minibatch'."
-        )
-    c = step.center.theta
-    if name == "cv":
-        return make_estimator(name, n, batch_size, grad_sum_center=step.center.loglik_grad)
-    grads_c = weights = None
-    if name in ("saga", "is_saga"):
-        grads_c = eng.loglik_rows_grad(c, np.arange(n), chunk=8192)[1]
-    if name in ("is", "is_saga"):
-        # El hanchi (2019) Sec. 5.1: ||h_i|| + L_i s, with the Lipschitz term measured over
-        # one Laplace-scale move (a fixed seed: set-up, not sampling)
-        z = np.random.default_rng(0).standard_normal(d)
-        moved = c + step._laplace_chol @ z
-        weights = np.empty(n)
-        for start in range(0, n, 65536):
-            rows = np.arange(start, min(n, start + 65536))
-            g = grads_c[rows] if grads_c is not None else eng.loglik_rows_grad(c, rows, chunk=8192)[1]
-            weights[rows] = importance_weights(g, eng.loglik_rows_grad(moved, rows, chunk=8192)[1])
-    return make_estimator(name, n, batch_size, grads_center=grads_c, weights=weights,
-                          defensive=defensive)
+__all__ = ["GradientOracle"]
 
 
 class GradientOracle:
@@ -115,6 +40,15 @@ class GradientOracle:
         self.estimator.reset()
         self.last = None
         self._rows, self._seen = None, []
+
+    def get_state(self):
+        """The chain state of a stateful estimator (SAGA's store,
+        :class:`~pymc_subsample.kernels.control_variates.StoreState`), or None."""
+        return self.estimator.store.get_state() if self.estimator.stateful else None
+
+    def set_state(self, state) -> None:
+        if state is not None:
+            self.estimator.store.set_state(state)
 
     def draw_rows(self, rng: np.random.Generator) -> np.ndarray:
         """The rows of the next estimates (kept for :meth:`update`)."""

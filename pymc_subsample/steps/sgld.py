@@ -4,13 +4,14 @@
 from __future__ import annotations
 
 import math
-import numbers
+from dataclasses import dataclass, field
 
 import numpy as np
 from pymc.exceptions import SamplingError
 from scipy.linalg import solve_triangular
 from pymc.stats.convergence import WarningType
 
+from ..kernels._validation import check_batch_size, check_bytes, check_choice, check_positive, check_share
 from ..kernels.gradient_estimators import ESTIMATORS, largest_eigenvalue
 from ..kernels.sgld import (
     SCHEDULES,
@@ -18,12 +19,12 @@ from ..kernels.sgld import (
     gaussian_variance_inflation,
     langevin_update,
     noise_ratio,
-    step_size_at,
+    Schedule,
 )
+from . import setup
 from .base import SubsampleStep
-from .gradients import GradientOracle, build_estimator
-from .growing import check_batch_size
-from .state import BASE_STATS, setting_stats
+from .gradients import GradientOracle
+from .state import BASE_STATS, ChainVars, setting_stats
 
 __all__ = ["SGLD", "SGLDDivergenceError"]
 
@@ -33,26 +34,15 @@ class SGLDDivergenceError(SamplingError):
     the message names the step size and a smaller one to try."""
 
 
-class _Schedule:
-    """The step size of the chain's transitions: ``h0`` while tuning, then
-    :func:`~pymc_subsample.kernels.sgld.step_size_at` of the sampling transitions so far."""
+@dataclass
+class SGLDChain(ChainVars):
+    """What a chain of SGLD changes: its sampling transitions so far (the schedule's
+    ``t``) and the gradient-noise check."""
 
-    def __init__(self, h0, schedule, t0, gamma):
-        self.h0, self.schedule, self.t0, self.gamma = h0, schedule, t0, gamma
-        self.reset()
-
-    def reset(self):
-        self.t = 0
-
-    def get_state(self):
-        return {"t": self.t}
-
-    def set_state(self, state):
-        self.t = int(state["t"])
-
-    @property
-    def scaling(self) -> float:
-        return step_size_at(self.t, self.h0, self.schedule, t0=self.t0, gamma=self.gamma)
+    t: int = 0
+    noise: NoiseAverage = field(default_factory=NoiseAverage)
+    noise_sum: float = 0.0
+    noise_n: int = 0
 
 
 class SGLD(SubsampleStep):
@@ -171,12 +161,12 @@ class SGLD(SubsampleStep):
         ("data_used", "pms_rows", "Rows/draw", "{:,.0f}"),
         ("noise_ratio", "pms_noise", "Noise ratio", "{:.3f}"),
     )
-    CHAIN_ATTRS = SubsampleStep.CHAIN_ATTRS + ("_noise_sum", "_noise_n", "_noise_avg")
     #: default ``h`` in the Laplace covariance's units
     DEFAULT_STEP = 0.2
     #: warn when the chain's mean ``noise_ratio`` exceeds this
     NOISE_WARN = 0.1
     keeps_data_sums = True
+    _chain_class = SGLDChain
 
     def __init__(
         self,
@@ -202,20 +192,16 @@ class SGLD(SubsampleStep):
                     "step with step_size= (and precondition=), or use "
                     "AustereMH(proposal=pms.proposals.Langevin(...)) for an MH-corrected chain."
                 )
-        if not isinstance(gradient, str) or gradient not in ESTIMATORS:
-            raise ValueError(
-                f"gradient must be one of {sorted(ESTIMATORS)} (the gradient estimator), got "
-                f"{gradient!r}."
-            )
-        if schedule not in SCHEDULES:
-            raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}.")
-        for name, value, low in (("schedule_t0", schedule_t0, 0.0),
-                                 ("schedule_gamma", schedule_gamma, 0.0)):
-            if isinstance(value, bool) or not isinstance(value, numbers.Real) or not value > low:
-                raise ValueError(f"{name} must be a positive number, got {value!r}.")
-        if step_size is not None and (isinstance(step_size, bool) or not isinstance(
-                step_size, numbers.Real) or not 0 < step_size < math.inf):
-            raise ValueError(f"step_size must be a positive finite number (h), got {step_size!r}.")
+        check_choice("gradient", gradient, tuple(sorted(ESTIMATORS)),
+                     what=f"one of {sorted(ESTIMATORS)} (the gradient estimator)")
+        check_choice("schedule", schedule, tuple(SCHEDULES),
+                     what=f"one of {tuple(SCHEDULES)}")
+        schedule_t0 = check_positive("schedule_t0", schedule_t0, finite=False, strict=True)
+        schedule_gamma = check_positive("schedule_gamma", schedule_gamma, finite=False,
+                                        strict=True)
+        if step_size is not None:
+            step_size = check_positive("step_size", step_size, strict=True,
+                                       what="a positive finite number (h)")
         if step_size is not None and precondition and step_size >= 4:
             raise ValueError(
                 f"step_size={step_size!r} with precondition=True: the preconditioned update "
@@ -223,15 +209,8 @@ class SGLD(SubsampleStep):
                 "from the mean by 1 - h/2 each step) and the chain would diverge. Use h "
                 "below 1 (the default is 0.2)."
             )
-        if isinstance(defensive, bool) or not isinstance(defensive, numbers.Real) or not (
-                0 <= defensive <= 1):
-            raise ValueError(f"defensive must be a share in [0, 1], got {defensive!r}.")
-        if max_memory is not None and (isinstance(max_memory, bool) or not isinstance(
-                max_memory, numbers.Real) or not 0 < max_memory < math.inf):
-            raise ValueError(
-                "max_memory must be a positive number of bytes (e.g. 8 * 2**30 for 8 GiB) "
-                f"or None, got {max_memory!r}."
-            )
+        defensive = check_share("defensive", defensive, strict=True)
+        max_memory = check_bytes("max_memory", max_memory)
         self.gradient = gradient
         self._batch_arg = batch_size
         self._user_step = None if step_size is None else float(step_size)
@@ -246,31 +225,24 @@ class SGLD(SubsampleStep):
         super().__init__(vars, steps_per_draw=steps_per_draw, **kwargs)
 
     # ------------------------------------------------------------------ set-up
-    def _choose_proposal(self, proposal, scaling):
-        return None  # the move is built in _setup_proposal
-
     def _needs_center(self) -> bool:
         return (self.gradient != "minibatch" or self.precondition or self._user_step is None
                 or self._center_arg is not None)
 
-    def _setup_proposal(self, scaling):
+    def _setup(self):
         eng = self.engine
         self.batch_size = check_batch_size(self._batch_arg, "batch_size", self.n_rows)
         self.center = None
         if self._needs_center():
-            others = self.likelihood_vars_of_other_steps()
-            if others and self.gradient != "minibatch":
-                names = ", ".join(repr(o) for o in others)
-                raise ValueError(
-                    f"SGLD(gradient={self.gradient!r}) needs every variable the likelihood "
-                    f"depends on in vars=, but {names} is sampled by another step: the "
-                    "centre's sums would go stale. Add them to vars=, or use "
-                    "gradient='minibatch'."
-                )
-            self.center = self._locate_center(
+            msg = self.gradient != "minibatch" and self._other_steps_message(
+                f"SGLD(gradient={self.gradient!r})", "Add them to vars=, or use "
+                "gradient='minibatch'.")
+            if msg:
+                raise ValueError(msg)
+            self.center, self._setup_warning = setup.locate_center(
+                eng, eng, self._center_arg,
                 "the centre of the control variates and of the Laplace preconditioner",
-                "pass center=.",
-            )
+                "pass center=.")
             mean, cov = self.center.laplace(self.loglik_weight)
             self._set_laplace(mean, cov)
         self._factor = self._laplace_chol if self.precondition else None
@@ -280,39 +252,40 @@ class SGLD(SubsampleStep):
             h0 = self.DEFAULT_STEP
         else:
             h0 = self.DEFAULT_STEP * float(np.linalg.eigvalsh(cov)[0])
-        self.estimator = build_estimator(self, self.gradient, self.batch_size,
-                                         defensive=self.defensive, max_memory=self.max_memory)
+        self.estimator = setup.build_estimator(
+            eng, self.gradient, self.batch_size, center=self.center, chol=self._laplace_chol,
+            defensive=self.defensive, max_memory=self.max_memory, owner="SGLD")
         self._oracle = GradientOracle(eng, self.estimator,
-                                     None if self.center is None else self.center.theta,
-                                     self.loglik_weight)
-        self.proposal = _Schedule(h0, self.schedule, self.schedule_t0, self.schedule_gamma)
+                                      None if self.center is None else self.center.theta,
+                                      self.loglik_weight)
+        self.step_schedule = Schedule(h0, self.schedule, self.schedule_t0, self.schedule_gamma)
         eng.compile("prior_grad", "row_grad_pair" if self.estimator.needs_center else "row_grad")
 
     def settings(self) -> dict:
         return {**super().settings(), "batch_size": self.batch_size,
-                "step_size": self.proposal.h0}
+                "step_size": self.step_schedule.h0}
 
     @property
     def step_size(self) -> float:
         """``h`` at the start of sampling (the schedule's ``h0``)."""
-        return self.proposal.h0
+        return self.step_schedule.h0
 
     def variance_inflation(self) -> float:
         """The stationary variance's inflation on a Gaussian posterior, ``1 / (1 - h/4)``
         (preconditioned step; see the class notes)."""
-        return gaussian_variance_inflation(self.proposal.h0) if self.precondition else math.nan
-
-    def _reset_chain(self):
-        super()._reset_chain()  # the gradient estimator's store too
-        self._noise_avg = NoiseAverage()
-        self._noise_sum, self._noise_n = 0.0, 0
+        return (gaussian_variance_inflation(self.step_schedule.h0) if self.precondition
+                else math.nan)
 
     def stop_tuning(self):
         """End of tuning: the noise check starts again on the kept draws (its warning,
         if any, then travels with a kept draw)."""
         super().stop_tuning()
-        self._noise_sum, self._noise_n = 0.0, 0
-        self._warned.discard("noise")
+        chain = self.chain
+        chain.noise_sum, chain.noise_n = 0.0, 0
+        chain.warnings.issued.discard("noise")
+
+    def _scaling(self) -> float:
+        return self.step_schedule.at(self.chain.t)
 
     # ------------------------------------------------------------------ the step
     #: whitened distance from the Laplace mean, per sqrt(dimension), beyond which the
@@ -339,13 +312,10 @@ class SGLD(SubsampleStep):
             "step (ScalableMH, AustereMH)."
         )
 
-    def _decide(self, q, q_prop, log_prior_ratio, log_qratio):
-        """SGLD's "test": every move is kept (no Metropolis-Hastings correction, no data
-        read). :meth:`_transition` makes the move itself and does not call this."""
-        return True, {}
-
     def _transition(self, q):
-        h = self.proposal.scaling
+        """One Langevin move (every move is kept: no Metropolis-Hastings correction)."""
+        chain = self.chain
+        h = self.step_schedule.at(chain.t)
         rows = self._oracle.draw_rows(self.rng)
         g = self._oracle(q, rows)
         stats = {"data_used": int(rows.size), "n_batches": 1, "step_size": h}
@@ -359,17 +329,17 @@ class SGLD(SubsampleStep):
             self._diverged(h, q, f"the chain moved more than {self.RUNAWAY:.0e} sds (of the "
                                  "Laplace approximation) from the posterior mode")
         self._oracle.update(q)
-        cov = self._noise_avg.add(self._oracle.last.whitened_covariance(self._factor))
+        cov = chain.noise.add(self._oracle.last.whitened_covariance(self._factor))
         ratio = noise_ratio(h, largest_eigenvalue(cov)) * self.loglik_weight**2
         stats.update(accepted=1.0, accept=1.0, noise_ratio=ratio)
         if not self.tune:
-            self.proposal.t += 1
-        self._noise_sum += ratio
-        self._noise_n += 1
-        if self._noise_n >= 50 and self._noise_sum > self.NOISE_WARN * self._noise_n:
+            chain.t += 1
+        chain.noise_sum += ratio
+        chain.noise_n += 1
+        if chain.noise_n >= 50 and chain.noise_sum > self.NOISE_WARN * chain.noise_n:
             self.warn_once(
                 "noise",
-                f"the gradient noise adds {100 * self._noise_sum / self._noise_n:.0f}% to the "
+                f"the gradient noise adds {100 * chain.noise_sum / chain.noise_n:.0f}% to the "
                 "variance each update injects (mean noise_ratio; Welling & Teh's alpha): the "
                 "draws are more spread than the posterior. Lower step_size, raise "
                 "batch_size, or use gradient='cv'.",

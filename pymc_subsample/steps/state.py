@@ -14,8 +14,8 @@ The layer under :class:`~pymc_subsample.steps.base.SubsampleStep`:
 
 from __future__ import annotations
 
-import copy
 import math
+from dataclasses import dataclass, field
 
 import numpy as np
 from pymc.step_methods.compound import StepMethodState
@@ -30,6 +30,8 @@ __all__ = [
     "summarise",
     "SubsampleStepState",
     "ChainState",
+    "ChainVars",
+    "Warnings",
     "progressbar_config",
     "progressbar_update_functions",
 ]
@@ -60,7 +62,7 @@ SETTING_DTYPES = {
     "steps_per_draw": np.int64,
     "batch_size": np.int64,
     "batch_increment": np.int64,
-    # 0 (none), 1 or 2 (Taylor order), -1 ("saga": stored per-row gradients)
+    # 0 (none), 1 or 2 (Taylor order), -1 ("saga": stored per-row gradients), -2 (a user's)
     "control_variate": np.int64,
     "epsilon": np.float64,
     "delta": np.float64,
@@ -118,15 +120,37 @@ def summarise(transitions: list[dict]) -> dict:
     return out
 
 
+@dataclass
+class Warnings:
+    """The sampler warnings of a chain: the keys issued (each warns once per chain) and
+    the warnings waiting for the next draw's ``warning`` stat."""
+
+    issued: set = field(default_factory=set)
+    pending: list = field(default_factory=list)
+
+
+@dataclass
+class ChainVars:
+    """What every chain of a subsampling step changes (re-created by
+    :meth:`ChainState._reset_chain`; steps extend it with their components' states)."""
+
+    warnings: Warnings = field(default_factory=Warnings)
+    #: the next draw is the chain's first (the Laplace start of ``init="laplace"``)
+    start_pending: bool = True
+
+
 @dataclass_state
 class SubsampleStepState(StepMethodState):
     """What a chain of a subsampling step changes, for PyMC's ``sampling_state``: the
-    tuning flag, the proposal's tuned state and the step's per-chain attributes
-    (``CHAIN_ATTRS``: warnings issued, control-variate checks, a re-centred centre)."""
+    tuning flag, the proposal's tuned state, the control variate's and the gradient
+    estimator's chain state, and the step's typed per-chain record (``chain``, a
+    :class:`ChainVars` of the step's own kind)."""
 
     tune: bool
     proposal_state: dict
-    chain_state: dict
+    control_state: object
+    estimator_state: object
+    chain: ChainVars
 
 
 class ChainState:
@@ -134,36 +158,33 @@ class ChainState:
     :class:`~pymc_subsample.steps.base.SubsampleStep`).
 
     PyMC hands each chain a generator once (``set_rng`` on PyMC 5, ``setup_chain`` on
-    PyMC 6); both reset the chain (:meth:`_reset_chain`): proposal tuning, warnings
-    issued, the tuning flag and whatever a subclass lists in ``CHAIN_ATTRS``.
-    ``sampling_state`` (``_state_class = SubsampleStepState``) carries the same state.
+    PyMC 6); both reset the chain (:meth:`_reset_chain`): the typed record ``chain``
+    (``_chain_class``), the proposal's tuning, the control variate and the gradient
+    estimator, and the tuning flag. ``sampling_state`` (``_state_class =
+    SubsampleStepState``) carries the same state.
     """
 
-    #: per-chain attributes of :attr:`chain_state` (what ``_reset_chain`` re-creates)
-    CHAIN_ATTRS: tuple[str, ...] = ("_warned", "_pending", "_start_pending",
-                                    "_estimator_state")
+    #: the per-chain record's type (a :class:`ChainVars`)
+    _chain_class = ChainVars
+    #: the step's proposal, control variate and gradient estimates (None where it has none)
+    proposal = None
+    control = None
+    _oracle = None
 
     @property
-    def _estimator_state(self):
-        """The per-chain state of a stateful gradient estimator (SAGA's store and its sum;
-        :class:`~pymc_subsample.steps.gradients.GradientOracle`), or None."""
-        oracle = getattr(self, "_oracle", None)
-        if oracle is None or not oracle.estimator.stateful:
-            return None
-        store = oracle.estimator.store
-        return {"h": store.h, "total": store.total}
+    def estimator_state(self):
+        """The chain state of a stateful gradient estimator (SAGA's store), or None."""
+        return None if self._oracle is None else self._oracle.get_state()
 
-    @_estimator_state.setter
-    def _estimator_state(self, state) -> None:
+    @estimator_state.setter
+    def estimator_state(self, state) -> None:
         if state is not None:
-            store = self._oracle.estimator.store
-            store.h, store.total = state["h"].copy(), state["total"].copy()
+            self._oracle.set_state(state)
 
     @property
     def proposal_state(self) -> dict:
         """The proposal's chain state (:meth:`~pymc_subsample.proposals.Proposal.get_state`)."""
-        get = getattr(self.proposal, "get_state", None)
-        return get() if get is not None else {}
+        return {} if self.proposal is None else self.proposal.get_state()
 
     @proposal_state.setter
     def proposal_state(self, state: dict) -> None:
@@ -171,32 +192,33 @@ class ChainState:
             self.proposal.set_state(state)
 
     @property
-    def chain_state(self) -> dict:
-        """The step's per-chain attributes (``CHAIN_ATTRS``), copied."""
-        return {k: copy.deepcopy(getattr(self, k)) for k in self.CHAIN_ATTRS if hasattr(self, k)}
+    def control_state(self):
+        """The control variate's chain state (a re-centred proxy, SAGA's store), or None."""
+        return None if self.control is None else self.control.get_state()
 
-    @chain_state.setter
-    def chain_state(self, state: dict) -> None:
-        for k, v in state.items():
-            setattr(self, k, copy.deepcopy(v))
-
+    @control_state.setter
+    def control_state(self, state) -> None:
+        if state is not None:
+            self.control.set_state(state)
 
     # ------------------------------------------------------------------ per-chain state
     def _reset_chain(self):
         """Reset everything a chain changes (proposal tuning, warnings issued)."""
         self._check_data_unchanged()
-        if hasattr(self.proposal, "reset"):
-            self.proposal.reset()
-        if getattr(self, "_oracle", None) is not None:
-            self._oracle.reset()
-        self._warned = set()
-        self._pending = []
+        for part in (self.proposal, self.control, self._oracle):
+            if part is not None:
+                part.reset()
+        self.chain = self._new_chain()
         self.tune = self.adapt
-        self._start_pending = True
         self._settings_cache = None  # the recorded settings, built on the first draw
         msg = getattr(self, "_setup_warning", None)  # e.g. a mode search that failed
         if msg:
             self.warn_once("center", msg)
+
+    def _new_chain(self) -> ChainVars:
+        """A fresh per-chain record (steps whose record has fields without defaults
+        override this)."""
+        return self._chain_class()
 
     def set_rng(self, rng):  # PyMC 5: once per chain
         self.rng = get_random_generator(rng, copy=False)
@@ -211,7 +233,7 @@ class ChainState:
 
     def stop_tuning(self):
         self.tune = False
-        if hasattr(self.proposal, "stop_tuning"):
+        if self.proposal is not None:
             self.proposal.stop_tuning()
 
     def warn_once(self, key, message, kind=WarningType.BAD_PARAMS):
@@ -221,10 +243,12 @@ class ChainState:
         :class:`~pymc.stats.convergence.SamplerWarning`, as NUTS reports divergences), so
         ``pm.sample`` logs it in the main process whatever the number of cores.
         """
-        if key in self._warned:
+        warnings = self.chain.warnings
+        if key in warnings.issued:
             return
-        self._warned.add(key)
-        self._pending.append(SamplerWarning(kind, f"{type(self).__name__}: {message}", "warn"))
+        warnings.issued.add(key)
+        warnings.pending.append(
+            SamplerWarning(kind, f"{type(self).__name__}: {message}", "warn"))
 
 
 def progressbar_config(columns, n_chains: int = 1):
@@ -234,10 +258,10 @@ def progressbar_config(columns, n_chains: int = 1):
     from rich.table import Column
 
     out = [
-        TextColumn(f"{{task.fields[{field}]}}", table_column=Column(header, ratio=1))
-        for _, field, header, _ in columns
+        TextColumn(f"{{task.fields[{name}]}}", table_column=Column(header, ratio=1))
+        for _, name, header, _ in columns
     ]
-    return out, {field: ["-"] * n_chains for _, field, _, _ in columns}
+    return out, {name: ["-"] * n_chains for _, name, _, _ in columns}
 
 
 def progressbar_update_functions(columns):
@@ -251,9 +275,9 @@ def progressbar_update_functions(columns):
     def update_stats(step_stats):
         count[0] += 1
         out = {}
-        for stat, field, _, fmt in columns:
+        for stat, name, _, fmt in columns:
             totals[stat] += float(step_stats.get(stat, 0.0))
-            out[field] = fmt.format(totals[stat] / count[0])
+            out[name] = fmt.format(totals[stat] / count[0])
         return out
 
     return (update_stats,)

@@ -1,0 +1,98 @@
+"""What a step keeps of its data, and how it travels: the refusal of stale data and
+changed files, and pickling with file-backed data (a mixin of
+:class:`~pymc_subsample.steps.base.SubsampleStep`).
+
+A step that keeps sums, bounds or fits computed from the data at construction records
+the data's fingerprint and weak references to its arrays, and refuses to sample after
+``pm.set_data`` replaced them; every step watches the files behind file-backed rows
+(:class:`~pymc_subsample.out_of_core.DataFileWatcher`).
+"""
+
+from __future__ import annotations
+
+import weakref
+
+from .. import _memmap
+from ..out_of_core import DataFileWatcher
+
+__all__ = ["DataGuard"]
+
+
+class DataGuard:
+    """Stale data, changed files and pickling of a step with an ``engine``."""
+
+    # ------------------------------------------------------------------ stale data
+    #: whether the step keeps sums, bounds or fits computed from the data at construction
+    #: (then a later pm.set_data must be refused, not sampled with stale sums)
+    keeps_data_sums = True
+    #: the files behind file-backed rows (set by :meth:`_remember_data`)
+    _data_files = None
+
+    def _watch_files(self):
+        """Record the files behind file-backed rows (every step reads rows from them
+        while sampling: :class:`~pymc_subsample.out_of_core.DataFileWatcher`)."""
+        self._data_files = DataFileWatcher(
+            zip([r.name for r in self.engine.rows], self.engine.data_arrays()),
+            owner=type(self).__name__)
+
+    def _remember_data(self):
+        """Record what the data looked like when the step's sums were computed (a step
+        that keeps sums; the set-up decides whether it does)."""
+        if not self.keeps_data_sums:
+            return
+        self._data_fingerprint = self.engine.data_fingerprint()
+        self._data_refs = [weakref.ref(a) for a in self.engine.data_arrays()]
+
+    def _check_data_unchanged(self):
+        """Refuse to sample when the data changed (``pm.set_data``) since construction.
+
+        In the process that built the step, any replaced data array counts as a change
+        (``pm.set_data`` always installs a new array, even with equal values); in a
+        worker that unpickled the step (``mp_ctx="spawn"`` / ``"forkserver"``) identities
+        are lost, and the shapes and a digest of 65,536 evenly spread rows are compared.
+
+        First, in any step, the files behind file-backed rows are compared with what they
+        were when the step was built (size, modification time, inode and a digest of
+        spread blocks); a file written, truncated or replaced since raises
+        :class:`~pymc_subsample.out_of_core.DataFileChangedError`.
+        """
+        if self._data_files is not None:
+            self._data_files.check()
+        if not self.keeps_data_sums:
+            return
+        refs = getattr(self, "_data_refs", None)
+        arrays = self.engine.data_arrays()
+        if refs is not None and len(refs) == len(arrays):
+            changed = [r.name for r, ref, a in zip(self.engine.rows, refs, arrays)
+                       if ref() is not a]
+        else:
+            now = self.engine.data_fingerprint()
+            changed = [old[0] for old, new in zip(self._data_fingerprint, now) if old != new]
+        if changed:
+            raise ValueError(
+                f"{type(self).__name__}: {', '.join(changed)} changed since this step was "
+                "built (pm.set_data?). Its control-variate sums, "
+                "bounds and Gaussian fit were computed on the old values and would sample the "
+                "wrong posterior: build the step again after pm.set_data."
+            )
+
+    # ------------------------------------------------------------------ pickling
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state["_data_refs"] = None  # weak references do not pickle; the digest remains
+        return state
+
+    def __reduce_ex__(self, protocol):
+        """Pickle file-backed data by reference when the data has any.
+
+        ``pm.sample`` pickles the step for its workers unless they are forked
+        (``mp_ctx="spawn"``, ``"forkserver"``, macOS): a ``numpy.memmap`` would arrive as
+        an in-memory copy in every worker. With a file-backed data array, the step is
+        pickled by :func:`pymc_subsample._memmap.dumps`, which writes every file-backed
+        array it reaches (the engine's rows, the model graph's constants) as its file,
+        offset, dtype, shape and strides, mapped again on unpickling.
+        """
+        if any(_memmap.is_file_backed(a) for a in self.engine.data_arrays()):
+            return (_memmap.loads, (_memmap.dumps(self, as_state=True),))
+        return super().__reduce_ex__(protocol)
+

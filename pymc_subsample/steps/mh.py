@@ -1,0 +1,291 @@
+"""The Metropolis-Hastings layer of the subsampling steps: a proposal and an
+accept/reject decision per transition.
+
+:class:`MHStep` adds to :class:`~pymc_subsample.steps.base.SubsampleStep` the proposal
+(chosen once the set-up knows the centre and the control variate; built with the user's
+``proposal_kwargs``; set up with the Laplace approximation when there is one; tuned
+during tuning) and the transition: propose, evaluate the prior, and let the subclass's
+:meth:`MHStep._decide` return a frozen :class:`Decision`. AustereMH, BarkerMinibatch
+(through :mod:`pymc_subsample.steps.growing`) and ScalableMH derive from it.
+"""
+
+from __future__ import annotations
+
+import math
+from abc import abstractmethod
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..kernels.control_variates import NoControlVariate
+from ..proposals import as_proposal
+from .base import SubsampleStep
+from .gradients import GradientOracle
+from .setup import build_estimator
+
+__all__ = ["MHStep", "Decision", "REJECTED"]
+
+
+@dataclass(frozen=True)
+class Decision:
+    """One accept/reject decision (the record :meth:`MHStep._decide` returns).
+
+    Attributes
+    ----------
+    accepted : bool
+    accept : float
+        The acceptance probability as the test estimated it; NaN: none (the decision
+        itself is reported).
+    data_used, n_batches : int
+        Rows read and batches drawn.
+    first_factor : float
+        The acceptance probability of the data-free first factor (prior, proposal
+        ratio and the control variates' sum): what a surrogate-trajectory proposal
+        tunes on (``Proposal.tune_signal == "first_factor"``).
+    extras : dict
+        The step's own stats.
+    """
+
+    accepted: bool
+    accept: float = math.nan
+    data_used: int = 0
+    n_batches: int = 0
+    first_factor: float = 0.0
+    extras: dict = field(default_factory=dict)
+
+    def stats(self) -> dict:
+        """The transition's sample stats."""
+        accepted = float(bool(self.accepted))
+        return {"data_used": self.data_used, "n_batches": self.n_batches, **self.extras,
+                "accepted": accepted,
+                "accept": accepted if self.accept != self.accept else self.accept}
+
+
+#: a proposal rejected before any test (not finite, outside the prior's support)
+REJECTED = Decision(False)
+
+
+class MHStep(SubsampleStep):
+    """Base of the Metropolis-Hastings subsampling steps.
+
+    Subclasses implement :meth:`_decide` and, when they have a set-up of their own,
+    :meth:`_setup_target` (the set-up passes: centre, control variate, bounds; returns
+    the centre and the Laplace approximation, or None) and :meth:`_default_proposal`.
+
+    Parameters
+    ----------
+    proposal : str or object, optional
+        A proposal name (``"random_walk"``, ``"langevin"``, ...) or an object with
+        ``draw(q, rng) -> (q_new, log_ratio)``; None: the step's default.
+    scaling : float or array, optional
+        The proposal's start scale (for the random walk, its standard deviation in the
+        step's unconstrained space, scalar or one per dimension). ``None`` picks a start
+        from the Laplace approximation, or from the curvature of the log posterior at the
+        initial point, and tunes it during tuning.
+    proposal_kwargs : dict, optional
+        Keyword arguments of the proposal named by ``proposal=`` (or of the default one).
+    **kwargs
+        Those of :class:`~pymc_subsample.steps.base.SubsampleStep`.
+    """
+
+    #: cap of the default random walk's tuned scale, as a multiple of its start (the
+    #: approximate tests accept large moves too often: tuning would inflate their bias)
+    max_scale_factor = math.inf
+    #: whether a start scale comes from the Laplace approximation's marginal sds (with a
+    #: centre) rather than the proposal's own default
+    SCALING_FROM_LAPLACE = True
+
+    def __init__(self, vars=None, *, proposal=None, scaling=None, proposal_kwargs=None,
+                 **kwargs):
+        self._proposal_arg = proposal
+        self._scaling_arg = scaling
+        self._proposal_kwargs = dict(proposal_kwargs or {})
+        #: the centre of the control variates and of the proposal's Gaussian fit (or None)
+        self.center = None
+        super().__init__(vars, **kwargs)
+
+    # ------------------------------------------------------------------ set-up
+    def _setup(self):
+        if self._scaling_arg is not None:
+            self._scaling_arg = self._check_scaling(self._scaling_arg)
+        self.user_scaling = self._scaling_arg
+        if self._proposal_arg is not None:  # a user's proposal: checked before the passes
+            self.proposal = self._build_proposal()
+        fit = self._setup_target()
+        if self.proposal is None:
+            self.proposal = self._build_proposal()
+        self._setup_proposal(fit)
+        self._compile()
+
+    def _setup_target(self):
+        """The set-up passes (centre, control variate, bounds); returns ``(centre theta,
+        (mean, cov))`` of the Laplace approximation, or None without a centre. Default:
+        no centre and no control variate (a step that reads its rows plainly)."""
+        self.control = NoControlVariate(self.engine)
+        return None
+
+    def _default_proposal(self) -> str:
+        """The proposal's name when ``proposal=None`` (decided after the set-up)."""
+        return "random_walk"
+
+    def _compile(self):
+        """Compile the per-step functions now, before PyMC forks its workers."""
+
+    def _build_proposal(self):
+        """The proposal object: ``proposal=`` (a name, class or object), else the step's
+        default, built with ``proposal_kwargs``."""
+        kwargs = self._proposal_kwargs
+        name = self._proposal_arg
+        if name is None:
+            name = self._default_proposal()
+            if name == "random_walk":
+                kwargs.setdefault("max_scale_factor", self.max_scale_factor)
+        try:
+            return as_proposal(name, **kwargs)
+        except TypeError as err:
+            if self._proposal_arg is not None or not kwargs:
+                raise
+            raise TypeError(
+                f"proposal_kwargs {sorted(kwargs)} do not fit the default proposal "
+                f"{name!r} of {type(self).__name__} here ({err}). Name the proposal they "
+                "are for with proposal=."
+            ) from err
+
+    def _check_scaling(self, scaling):
+        arr = np.asarray(scaling, dtype=np.float64)
+        if arr.ndim > 1 or (arr.ndim == 1 and arr.size != self.ndim):
+            raise ValueError(
+                f"scaling must be a scalar or have one value per dimension of the step's "
+                f"unconstrained space ({self.ndim}), got shape {arr.shape}."
+            )
+        if not np.all(np.isfinite(arr)) or np.any(arr <= 0):
+            raise ValueError(f"scaling must be positive and finite, got {scaling!r}.")
+        return arr if arr.ndim else float(arr)
+
+    def default_scaling(self, n_rows_probe: int = 2000):
+        """Start value of the random-walk scaling: ``2.38 / sqrt(d)`` times the posterior sd
+        from the curvature of the log posterior at the initial point.
+
+        The Hessian of the log-likelihood is estimated on a random subset of at most
+        ``n_rows_probe`` rows (fixed seed: a set-up computation, not sampling) and scaled by
+        ``N / n``. Dimensions where the estimate is not concave fall back to 0.1.
+        """
+        eng = self.engine
+        q0 = eng.initial_q()
+        n = min(eng.n_rows, n_rows_probe)
+        rows = np.sort(np.random.default_rng(0).choice(eng.n_rows, size=n, replace=False))
+        try:
+            _, _, h_ll = eng.loglik_hessian(q0, rows)
+            _, _, h_pr = eng.prior_hessian(q0)
+            diag = -(np.diag(h_pr) + np.diag(h_ll) * (eng.n_rows / n) * self.loglik_weight)
+        except Exception:  # pragma: no cover - defensive: fall back to a fixed start
+            diag = np.full(eng.ndim, np.nan)
+        sd = np.where(np.isfinite(diag) & (diag > 0), 1.0 / np.sqrt(np.abs(diag)), 0.1)
+        return 2.38 / np.sqrt(eng.ndim) * sd
+
+    def _setup_proposal(self, fit):
+        """Set the proposal up: with the Laplace approximation at the centre (``fit``),
+        or from the curvature at the initial point."""
+        prop, scaling = self.proposal, self.user_scaling
+        if fit is None:
+            if scaling is None:
+                scaling = self.default_scaling()
+                # the marginal sds behind the random-walk default (its 2.38 / sqrt(d)
+                # factor undone), for proposals that start from a scaling of their own
+                own = prop.scaling_from_sd(scaling * np.sqrt(self.ndim) / 2.38)
+                scaling = scaling if own is None else own
+            prop.setup(self.ndim, scaling=scaling, grad_fn=self._proposal_grad_fn(),
+                       n_total=self.n_rows)
+            return
+        theta, (mean, cov) = fit
+        self._set_laplace(mean, cov)
+        if scaling is None and self.SCALING_FROM_LAPLACE:
+            scaling = prop.scaling_from_sd(np.sqrt(np.diag(cov)))
+        prop.setup(self.ndim, scaling=scaling, grad_fn=self._proposal_grad_fn(),
+                   n_total=self.n_rows,
+                   mode=mean if prop.reference_point == "gaussian_mean" else theta, cov=cov)
+
+    def _proposal_grad_fn(self):
+        """The gradient the proposal declares it needs (``Proposal.gradient``): the
+        data-free surrogate's, or an unbiased minibatch estimate of the log posterior's,
+        from the gradient estimator the proposal names (``estimator_name``) or plain."""
+        prop = self.proposal
+        if prop.gradient == "surrogate":
+            return self._surrogate_grad
+        if prop.estimator_name is not None:
+            chol = self._laplace_chol
+            est = build_estimator(self.engine, prop.estimator_name, prop.batch_size,
+                                  center=self.center, chol=chol, owner=type(self).__name__)
+            self._oracle = GradientOracle(
+                self.engine, est, None if self.center is None else self.center.theta,
+                self.loglik_weight)
+            return self._oracle
+        return self._minibatch_grad
+
+    def _minibatch_grad(self, q, rows):
+        """Unbiased estimate of the log-posterior gradient from ``rows`` (Langevin proposals)."""
+        _, g_prior = self.engine.prior_and_grad(q)
+        _, g_ll = self.engine.loglik_sum_grad(q, rows)
+        return g_prior + (self.n_rows / len(rows)) * g_ll
+
+    def _surrogate_grad(self, q):
+        """Gradient of the data-free surrogate ``log prior + w sum_i lhat_i`` (the
+        target of :class:`~pymc_subsample.proposals.SurrogateHMC`)."""
+        _, g_prior = self.engine.prior_and_grad(q)
+        return g_prior + self.loglik_weight * self.control.grad(q)
+
+    # ------------------------------------------------------------------ the transition
+    def _scaling(self) -> float:
+        return float(self.proposal.scaling)
+
+    def _start_draw(self):
+        # the log prior of the current state, reused by the draw's transitions (other
+        # steps of a CompoundStep may change the variables it depends on between draws)
+        self._prior_now = None
+
+    def _transition(self, q):
+        """One Markov transition from ``q``: a proposal and its test. Returns the new
+        state and the transition's stats (``accepted`` 0.0 or 1.0)."""
+        q_prop, log_qratio = self.proposal.draw(q, self.rng)
+        q_prop = np.asarray(q_prop, dtype=np.float64)
+        log_qratio = float(log_qratio)
+        decision = REJECTED
+        if np.all(np.isfinite(q_prop)) and not (np.isnan(log_qratio) or log_qratio == -np.inf):
+            decision = self._test(q, q_prop, log_qratio)
+        q_now = q_prop if decision.accepted else q
+        if self.tune and self.adapt:
+            self.proposal.tune(self._tune_signal(decision), q=q_now)
+        stats = decision.stats()
+        if self._oracle is not None:  # a Langevin proposal's estimator: its rows count
+            stats["data_used"] += self._oracle.update(q_now)
+        return q_now, stats
+
+    def _test(self, q, q_prop, log_qratio) -> Decision:
+        """The prior ratio, then the step's decision (a proposal outside the prior's
+        support is rejected without reading data)."""
+        if self._prior_now is None or self._prior_now[0] is not q:
+            self._prior_now = (q, self.engine.prior(q))
+        prior_p = self.engine.prior(q_prop)
+        log_prior_ratio = prior_p - self._prior_now[1]
+        if np.isnan(log_prior_ratio) or prior_p == -np.inf:
+            return REJECTED
+        decision = self._decide(q, q_prop, log_prior_ratio, log_qratio)
+        if decision.accepted:
+            self._prior_now = (q_prop, prior_p)
+        return decision
+
+    #: ``(q, log prior at q)`` of the current state, reused within a draw (see astep)
+    _prior_now = None
+
+    def _tune_signal(self, decision: Decision):
+        """What the proposal's tuning sees after a transition: whether it accepted, or for
+        :class:`~pymc_subsample.proposals.SurrogateHMC` on order-2 control variates the
+        data-free factor's acceptance probability (the Hamiltonian error on the
+        surrogate, as HMC tunes)."""
+        if self.proposal.tune_signal == "first_factor" and self.control.taylor_order == 2:
+            return decision.first_factor
+        return bool(decision.accepted)
+
+    @abstractmethod
+    def _decide(self, q, q_prop, log_prior_ratio, log_qratio) -> Decision:
+        """One accept/reject decision."""

@@ -1,0 +1,211 @@
+"""ScalableMH's set-up of its bounds ``lambda_i <= phi(theta, theta') * psi_i``: where the
+control variates and bounds live (the step's space ``q`` or the predictor coordinates
+``v(q)``: :func:`bound_coordinates`), the per-row constants ``psi_i``, Walker's alias
+table over them, the whitening and the region (:class:`Bounds`).
+
+Cornish, Vanetti, Bouchard-Cote, Deligiannidis & Doucet (2019), "Scalable
+Metropolis-Hastings for exact Bayesian inference with large datasets": eq. 12 (the
+constants), eq. 13 (the step factor); the whitened and region forms are
+:mod:`pymc_subsample.kernels.phi`'s and :mod:`pymc_subsample.kernels.region`'s.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.linalg as sla
+
+from ..engine.glm import chunk_psi, eta_is_affine, glm_psi, two_param_chunk_psi
+from ..engine.predictor import covered_predictor_map
+from ..kernels.alias import AliasTable
+from ..kernels.control_variates import TaylorProxy
+from ..kernels.families import supported_text
+from ..kernels.phi import region_phi, taylor_phi
+from ..kernels.predictor import whitening
+
+__all__ = ["Bounds", "bound_coordinates", "check_bound_args", "predictor_bounds", "q_bounds"]
+
+
+@dataclass
+class Bounds:
+    """The bound constants and the step factor of one ScalableMH step object.
+
+    Attributes
+    ----------
+    psi : ndarray
+        ``psi_i``, one per row.
+    form : {"whitened", "cornish"}
+    order : int
+    whiten_inv : ndarray or None
+        ``L^-1`` of the whitened form (in the control variates' coordinates).
+    region : float or None
+        The region's radius in whitened units (None: global bounds).
+    path : bool
+        Rows of two affine functions (a linear predictor and a log scale): the path
+        step factor.
+    """
+
+    psi: np.ndarray
+    form: str
+    order: int
+    whiten_inv: np.ndarray | None = None
+    region: float | None = None
+    path: bool = False
+
+    def __post_init__(self):
+        if self.psi.ndim != 1 or not np.all(np.isfinite(self.psi)) or np.any(self.psi < 0):
+            raise ValueError(
+                f"ScalableMH: the bound constants must be one finite value >= 0 per row, "
+                f"got shape {self.psi.shape} with values outside [0, inf).")
+        self.psi_total = float(self.psi.sum(dtype=np.float64))  # psi may be float32
+        self.alias = AliasTable(self.psi) if self.psi_total > 0 else None
+
+    def phi(self, q, q_prop, x, x_prop, center, theta_hat):
+        """``(phi, outside)``: the step factor of the pair (``x``: the control variates'
+        coordinates of ``q``) and whether a point left the region (then the exact
+        full-data test is taken)."""
+        outside = False
+        if self.form == "whitened":
+            w = self.whiten_inv
+            phi, outside = region_phi(w @ (x - center), w @ (x_prop - center), self.order,
+                                      region=self.region, path=self.path)
+        else:
+            try:
+                phi = taylor_phi(q, q_prop, theta_hat, self.order)
+            except OverflowError:
+                phi = math.inf  # a point too far for the bounds' arithmetic: exact test
+        if self.psi_total == 0.0:
+            phi = 0.0  # the remainders vanish (e.g. a Normal likelihood with known scale)
+        return phi, outside
+
+
+def check_bound_args(bounds, bound_form, region):
+    """Validate ScalableMH's ``bounds=``, ``bound_form=`` and ``region=`` together;
+    returns the bound form in effect and the region argument (None for eq. 12's global
+    constants, which have no region)."""
+    auto = isinstance(bounds, str)
+    if bound_form is None:
+        bound_form = "whitened" if auto else "cornish"
+    if bound_form not in ("whitened", "cornish"):
+        raise ValueError(f"bound_form must be 'whitened' or 'cornish', got {bound_form!r}.")
+    if bound_form == "whitened" and not auto:
+        raise ValueError(
+            "bound_form='whitened' needs bounds='auto' (the whitened row factors come "
+            "from the recognised linear predictor); user bounds are the constants of "
+            "Cornish et al. (2019, eq. 12): use bound_form='cornish'.")
+    if region is not None and not (isinstance(region, str) and region == "auto"):
+        if isinstance(region, bool) or not isinstance(region, numbers.Real) or not (
+                0 < region < np.inf):
+            raise ValueError(
+                f"region must be 'auto', None or a positive radius (in Laplace sds), got "
+                f"{region!r}.")
+    if region is not None and bound_form != "whitened":
+        region = None  # region bounds are whitened bounds: eq. 12's are global
+    return bound_form, region
+
+
+def region_radius(region_arg, dim):
+    """The region's radius in whitened units (``"auto"``: ``sqrt(dim) + 4``), or None."""
+    if region_arg == "auto":
+        return math.sqrt(dim) + 4.0
+    return None if region_arg is None else float(region_arg)
+
+
+def bound_coordinates(engine, spec, q_hat, affine_vmap, whitened: bool):
+    """Where ScalableMH's control variates and bounds live: the predictor coordinates
+    (a :class:`~pymc_subsample.engine.predictor.PredictorMap`), or None to keep them in
+    ``q``.
+
+    ``bounds="auto"`` with whitened bounds on a one-parameter GLM uses them. They are
+    needed when the linear predictor is not affine in ``q`` (a non-centred hierarchical
+    model, a log-transformed coefficient); for an affine one they give the same bounds
+    with cheaper functions (the linear predictor and NumPy row terms instead of a
+    compiled Hessian-vector graph). Where they do not apply (a per-row scale,
+    ``bound_form="cornish"``) an affine predictor keeps the bounds in ``q``.
+
+    Parameters
+    ----------
+    engine : LikelihoodEngine
+    spec : GLMSpec or None
+        The recognised GLM (None: user bounds, kept in ``q``).
+    q_hat : ndarray
+        The centre of the control variates.
+    affine_vmap : PredictorMap or None
+        The map found before the mode search when the predictor looked affine in ``q``.
+    whitened : bool
+        Whether the bounds are whitened (``bound_form="whitened"``).
+    """
+    if spec is None:
+        return None
+    if affine_vmap is not None and affine_vmap.check_affine(affine_vmap.v(q_hat)):
+        return affine_vmap  # found before the mode search (affine in q)
+    if spec.two_param:
+        # an affine eta and log scale keep the path bounds in q (glm_psi); otherwise the
+        # predictor coordinates (Normal and Student-t), or glm_psi's refusal
+        if not whitened or eta_is_affine(engine, spec, q_hat):
+            return None
+        return covered_predictor_map(engine, spec, q_hat)
+    vmap = covered_predictor_map(engine, spec, q_hat) if whitened else None
+    if vmap is None and not eta_is_affine(engine, spec, q_hat):
+        if not whitened:
+            raise ValueError(
+                f"ScalableMH: the linear predictor of observed '{spec.observed}' is not "
+                "affine in the step's unconstrained variables; its bounds are taken in "
+                "the predictor's own coordinates, which needs bound_form='whitened'.")
+        raise ValueError(
+            f"ScalableMH bounds='auto': the linear predictor of observed '{spec.observed}' "
+            "is affine neither in the step's unconstrained variables nor in its data-free "
+            "parameter expressions (e.g. a product of two sampled coefficients inside a "
+            "row term). " + supported_text())
+    return vmap
+
+
+def predictor_bounds(vmap, spec, order, theta_hat, cov, region_arg):
+    """Taylor proxy, whitening, region and bound constants in the predictor coordinates
+    ``v = v(q)`` (:mod:`pymc_subsample.kernels.predictor`): one pass. Returns
+    ``(proxy, Bounds)``."""
+    v_hat = vmap.v(theta_hat)
+    chol, whiten_inv = whitening(vmap.jacobian_v(theta_hat), cov)
+    region = region_radius(region_arg, vmap.size)
+    if region is None and (not spec.glm_family.global_bound or vmap.scale):
+        raise ValueError(
+            f"ScalableMH: observed '{spec.observed}' ({spec.family}) has derivatives that "
+            "are unbounded over the whole space; it needs region bounds (region='auto' "
+            "or a radius).")
+    params = vmap.params  # the family's fixed parameters
+
+    def psi_chunk(J, base, y, start, stop):
+        if vmap.scale:
+            return two_param_chunk_psi(spec.family, order, J, base, y, whiten=chol,
+                                       radius=region, **params)
+        return chunk_psi(spec, order, J, base, whiten=chol, radius=region, y=y, **params)
+
+    grad, hess, psi = vmap.data_pass(v_hat, order, psi_chunk)
+    proxy = TaylorProxy(v_hat, grad, hess, order)
+    return proxy, Bounds(psi, "whitened", order, whiten_inv, region,
+                         path=spec.two_param)
+
+
+def q_bounds(engine, spec, bounds_arg, form, order, theta_hat, chol, region_arg):
+    """The bounds in the step's space ``q``: the GLM's constants (``bounds="auto"``),
+    or the user's (a callable ``bounds(order)`` or an array)."""
+    whiten_inv = region = None
+    if form == "whitened":
+        whiten_inv = sla.solve_triangular(chol, np.eye(chol.shape[0]), lower=True)
+        region = region_radius(region_arg, chol.shape[0])
+    if isinstance(bounds_arg, str):
+        psi = glm_psi(engine, spec, order, theta_hat,
+                      whiten=chol if form == "whitened" else None, radius=region)
+    elif callable(bounds_arg):
+        psi = np.asarray(bounds_arg(order), dtype=np.float64)
+    else:
+        psi = np.asarray(bounds_arg, dtype=np.float64)
+    if psi.shape != (engine.n_rows,):
+        raise ValueError(
+            f"ScalableMH: the bound constants must be {engine.n_rows} finite values >= 0, "
+            f"got shape {psi.shape}.")
+    return Bounds(psi, form, order, whiten_inv, region,
+                  path=spec is not None and spec.two_param)
