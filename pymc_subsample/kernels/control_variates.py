@@ -323,6 +323,11 @@ class ControlVariate(ABC):
     def update(self, q_now, rows) -> None:
         """After a transition that read ``rows``: the chain is at ``q_now``."""
 
+    def recenter_at(self, q) -> None:
+        """Move the control variate's centre to ``q`` for the rest of the chain (one pass
+        over the data; :meth:`reset` undoes it)."""
+        raise NotImplementedError(f"{type(self).__name__} has no centre to move.")
+
     def reset(self) -> None:
         """Start of a chain: back to the state right after the set-up."""
 
@@ -355,7 +360,7 @@ class TaylorControlVariate(ControlVariate):
     in closed form (:class:`TaylorProxy`), the rows' terms from one call of the engine's
     ``loglik_diff_taylor`` (directional derivatives; no per-row Hessian is formed).
 
-    ``recenter(proxy)`` swaps the proxy for a chain (e.g. about the chain's mean at the end
+    :meth:`recenter_at` moves the proxy for a chain (e.g. to the chain's mean at the end
     of tuning); :meth:`reset` restores the set-up's.
     """
 
@@ -378,8 +383,11 @@ class TaylorControlVariate(ControlVariate):
     def grad(self, q) -> np.ndarray:
         return self.proxy.grad(q)
 
-    def recenter(self, proxy: TaylorProxy) -> None:
-        self.proxy = proxy
+    def recenter_at(self, q) -> None:
+        q = np.array(q, dtype=np.float64)
+        _, g, h = self.lik.full_loglik_hessian(q)
+        order = self.proxy.order
+        self.proxy = TaylorProxy(q, g, h if order == 2 else None, order)
 
     def reset(self) -> None:
         self.proxy = self._proxy0
@@ -420,6 +428,9 @@ class PredictorTaylorControlVariate(TaylorControlVariate):
         fn = self.vmap.remainder_fn(self.coordinates(q), self.coordinates(q_new),
                                     self.proxy.center, self.proxy.order)
         return -fn(rows)
+
+    def recenter_at(self, q) -> None:
+        self.proxy = self.vmap.proxy(self.vmap.v(q), self.proxy.order)
 
     def full_diff(self, q, q_new) -> float:
         """The predictor map's NumPy row terms chunk by chunk (nothing to compile); a

@@ -19,7 +19,6 @@ from dataclasses import dataclass
 import numpy as np
 from pymc.stats.convergence import WarningType
 
-from ..center import center_at
 from ..engine.predictor import curved_predictor_map
 from ..kernels._validation import check_batch_size, check_choice, check_share
 from ..kernels.alias import AliasTable
@@ -143,7 +142,7 @@ class GrowingBatchStep(MHStep):
         self.batch_increment = check_batch_size(
             batch_increment, "batch_increment", self.n_rows, allow_none=True)
         self._check_other_steps()
-        self.is_table = self._is_scale = self._vmap_used = None
+        self.is_table = self._is_scale = self._curved = None
         self._plain = NoControlVariate(self.engine)
         if self.cv == 0 and self.sampling == "uniform":
             self.control = self._plain
@@ -195,7 +194,7 @@ class GrowingBatchStep(MHStep):
             # predictor coordinates, where the rows are an ordinary GLM
             vmap = curved_predictor_map(eng, self.center.theta)
             if vmap is not None:
-                self._vmap_used = True
+                self._curved = True
                 return setup.control_variate(
                     cv, eng, vmap=vmap, proxy=vmap.proxy(vmap.v(self.center.theta), cv))
         return setup.control_variate(cv, eng, self.center, grads=grads)
@@ -203,14 +202,14 @@ class GrowingBatchStep(MHStep):
     def _default_proposal(self) -> str:
         if self.user_scaling is not None:
             return "random_walk"  # scaling= is documented as the random walk's sd
-        if self._vmap_used:
+        if self._curved:
             return "surrogate_hmc"
         return self.DEFAULT_PROPOSALS[self.cv if self.cv in (0, 1, 2) else 1]
 
     def _compile(self):
         if self.control is self._plain or not self.control.taylor_order:
             self.engine.compile("ll_diff")
-        elif self.cv in (1, 2) and not self._vmap_used:
+        elif self.cv in (1, 2) and not self._curved:
             self.engine.compile(f"cv{self.cv}")
 
     def _new_chain(self) -> GrowingChain:
@@ -246,17 +245,7 @@ class GrowingBatchStep(MHStep):
             self.warn_once("cv_off", msg)
         if (self.recenter and chain.cv.active and self.control.taylor_order
                 and tuning is not None and tuning.n > 0):
-            self._recenter(tuning.q)
-
-    def _recenter(self, q):
-        """Move the Taylor proxy's centre to ``q`` for the rest of this chain (one more
-        pass over the data)."""
-        control, order = self.control, self.control.taylor_order
-        vmap = getattr(control, "vmap", None)
-        if vmap is not None:
-            control.recenter(vmap.proxy(vmap.v(q), order))
-        else:
-            control.recenter(center_at(self.engine, q).proxy(order))
+            self.control.recenter_at(tuning.q)  # one more pass over the data
 
     # ------------------------------------------------------------------ the step
     def _terms_fn(self, control, q, q_prop):

@@ -229,9 +229,9 @@ class ScalableMH(MHStep):
         whitened = self.bound_form == "whitened"
         # an ordinary GLM: the mode search's passes use the predictor coordinates' NumPy
         # row terms instead of compiling the engine's Hessian graph
-        affine_vmap, lik = None, eng
+        affine_map, lik = None, eng
         if self._glm_spec is not None and whitened:
-            affine_vmap, lik = affine_likelihood(eng, self._glm_spec, eng.initial_q())
+            affine_map, lik = affine_likelihood(eng, self._glm_spec, eng.initial_q())
         self.center, self._setup_warning = setup.locate_center(
             lik, eng, self._center_arg, "the centre of the control variates and bounds",
             "the bounds hold but may be loose, so the test may read many rows. Pass center= "
@@ -239,7 +239,7 @@ class ScalableMH(MHStep):
         self.theta_hat = self.center.theta
         gauss_mean, cov = self.center.laplace()
         self._set_laplace(gauss_mean, cov)
-        vmap = bound_coordinates(eng, self._glm_spec, self.theta_hat, affine_vmap, whitened)
+        vmap = bound_coordinates(eng, self._glm_spec, self.theta_hat, affine_map, whitened)
         if vmap is not None:
             proxy, self.bounds = predictor_bounds(vmap, self._glm_spec, self.order,
                                                   self.theta_hat, cov, self._region_arg)

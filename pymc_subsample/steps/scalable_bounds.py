@@ -114,7 +114,7 @@ def region_radius(region_arg, dim):
     return None if region_arg is None else float(region_arg)
 
 
-def bound_coordinates(engine, spec, q_hat, affine_vmap, whitened: bool):
+def bound_coordinates(engine, spec, q_hat, affine_map, whitened: bool):
     """Where ScalableMH's control variates and bounds live: the predictor coordinates
     (a :class:`~pymc_subsample.engine.predictor.PredictorMap`), or None to keep them in
     ``q``.
@@ -133,15 +133,15 @@ def bound_coordinates(engine, spec, q_hat, affine_vmap, whitened: bool):
         The recognised GLM (None: user bounds, kept in ``q``).
     q_hat : ndarray
         The centre of the control variates.
-    affine_vmap : PredictorMap or None
+    affine_map : PredictorMap or None
         The map found before the mode search when the predictor looked affine in ``q``.
     whitened : bool
         Whether the bounds are whitened (``bound_form="whitened"``).
     """
     if spec is None:
         return None
-    if affine_vmap is not None and affine_vmap.check_affine(affine_vmap.v(q_hat)):
-        return affine_vmap  # found before the mode search (affine in q)
+    if affine_map is not None and affine_map.check_affine(affine_map.v(q_hat)):
+        return affine_map  # found before the mode search (affine in q)
     if spec.two_param:
         # an affine eta and log scale keep the path bounds in q (glm_psi); otherwise the
         # predictor coordinates (Normal and Student-t), or glm_psi's refusal
