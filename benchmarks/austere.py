@@ -64,7 +64,7 @@ EPSILONS = (0.0, 0.01, 0.05, 0.1, 0.2)
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
-from _common import ess, group  # noqa: E402
+from pymc_subsample.testing import ess, group  # noqa: E402
 from models import posterior_mode  # noqa: E402
 
 

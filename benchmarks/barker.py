@@ -51,18 +51,12 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from _common import ess as _ess  # noqa: E402
-from _common import group  # noqa: E402,F401
+from pymc_subsample.testing import ess, group  # noqa: E402
 
 OUTPUT = ROOT / "benchmarks" / "output"
 
 
 # ---------------------------------------------------------------------------- utilities
-def ess(x):
-    """Effective sample size of ``x`` (chains, draws), NaN for a constant chain."""
-    return _ess(x, constant=float("nan"))
-
-
 def make_tempered_austere():
     import pymc_subsample as pms
 
@@ -75,8 +69,10 @@ def make_tempered_austere():
             self.loglik_weight = 1.0 / self.temperature
             super().__init__(vars, **kwargs)
 
-        def loglik_diff_fn(self, q, q_prop):
-            f = super().loglik_diff_fn(q, q_prop)
+        def _terms_fn(self, control, q, q_prop):
+            # the rows' terms the kernel reads, tempered (the control variate's sum is
+            # tempered by loglik_weight)
+            f = super()._terms_fn(control, q, q_prop)
             inv_t = 1.0 / self.temperature
             return lambda rows: f(rows) * inv_t
 
@@ -99,7 +95,8 @@ def run_chains(model, step, *, draws, chains, seed, start):
     th = np.asarray(post[var].values, dtype=float)
     th = th.reshape(th.shape[0], th.shape[1], -1)
     return {
-        "min_ess": min(ess(th[..., j]) for j in range(th.shape[-1])),
+        # ESS of each coordinate's (chains, draws), NaN for a constant chain
+        "min_ess": min(ess(th[..., j], constant=float("nan")) for j in range(th.shape[-1])),
         "used": np.asarray(ss["data_used"].values),  # (chains, draws)
         "accepted": np.asarray(ss["accepted"].values),
         "exact": np.asarray(ss["exact"].values) if "exact" in ss else None,

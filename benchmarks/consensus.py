@@ -36,8 +36,7 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
 
 import numpy as np  # noqa: E402
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import ess, group  # noqa: E402
+from pymc_subsample.testing import ess, group  # noqa: E402
 
 D = 10
 COMBINERS = ("consensus", "semiparametric", "nonparametric")

@@ -130,7 +130,6 @@ import argparse
 import csv
 import math
 import os
-import sys
 import time
 import warnings
 from pathlib import Path
@@ -140,10 +139,9 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
 
 import numpy as np  # noqa: E402
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-from _common import ess  # noqa: E402
+from pymc_subsample.testing import ess  # noqa: E402
 
+HERE = Path(__file__).resolve().parent
 OUT = HERE / "output"
 CACHE = OUT / "cache"
 
@@ -301,7 +299,7 @@ def nuts_reference(model):
                           target_accept=NUTS_REF["target_accept"], random_seed=NUTS_REF["seed"],
                           progressbar=False, compute_convergence_checks=False)
     beta = np.asarray(get_group(idata, "posterior")["beta"].values)  # (chains, draws, d)
-    min_ess = min(float(az.ess(beta[:, :, j], method="bulk")) for j in range(DIM))
+    min_ess = min(ess(beta[:, :, j], method="bulk") for j in range(DIM))
     max_rhat = max(float(az.rhat(beta[:, :, j])) for j in range(DIM))
     draws = beta.reshape(-1, DIM)
     CACHE.mkdir(parents=True, exist_ok=True)

@@ -64,6 +64,9 @@ from pathlib import Path
 
 import numpy as np
 
+# the multi-chain ESS and the Monte Carlo standard errors of the references (re-exported)
+from pymc_subsample.testing import ess_mean, flat_draws, mcse_mean_sd
+
 REPO = Path(__file__).resolve().parents[1]
 CACHE_DIR = REPO / "benchmarks" / "output" / "cache"
 D_LOGISTIC = 10
@@ -141,38 +144,6 @@ class Reference:
                 f"sd {self.sd[i]:.6g} (mcse {self.mcse_sd[i]:.2g})"
             )
         return "\n".join(lines)
-
-
-def ess_mean(x) -> float:
-    """Effective sample size of the mean of ``x`` (chains, draws): ArviZ's
-    ``ess(method="mean")`` (the multi-chain estimator of Vehtari, Gelman, Simpson,
-    Carpenter & Buerkner 2021 without rank normalisation); NaN for fewer than 4 draws per
-    chain or non-finite draws."""
-    import arviz as az
-
-    x = np.asarray(x, dtype=float)
-    if x.ndim == 1:
-        x = x[None, :]
-    if x.shape[1] < 4 or not np.all(np.isfinite(x)):
-        return float("nan")
-    return float(az.ess(x, method="mean"))
-
-
-def mcse_mean_sd(x):
-    """Monte Carlo standard errors ``(of the mean, of the sd)`` of ``x`` (chains, draws).
-
-    The sd's error is the delta method on the variance, ``Var = E[(x - m)^2]``:
-    ``mcse_sd = mcse((x - m)^2) / (2 sd)``.
-    """
-    x = np.asarray(x, dtype=float)
-    if x.ndim == 1:
-        x = x[None, :]
-    sd = float(x.std(ddof=1))
-    mcse_m = sd / np.sqrt(ess_mean(x))
-    z = (x - x.mean()) ** 2
-    mcse_var = float(z.std(ddof=1)) / np.sqrt(ess_mean(z))
-    mcse_s = mcse_var / (2.0 * sd) if sd > 0 else float("nan")
-    return float(mcse_m), float(mcse_s)
 
 
 def reference_from_draws(draws: dict, source: str, n_rows: int) -> Reference:
@@ -688,24 +659,13 @@ def nuts_reference(model, key: str, n_rows: int, *, cores=1) -> Reference:
     def compute():
         import pymc as pm
 
-        from pymc_subsample.diagnostics import get_group
-
         with model:
             idata = pm.sample(
                 draws=NUTS_REF["draws"], tune=NUTS_REF["tune"], chains=NUTS_REF["chains"],
                 cores=cores, target_accept=NUTS_REF["target_accept"], random_seed=20240501,
                 progressbar=False, compute_convergence_checks=False,
             )
-        post = get_group(idata, "posterior")
-        draws = {}
-        for name in post.data_vars:
-            vals = np.asarray(post[name].values, dtype=float)
-            if vals.ndim == 2:
-                draws[name] = vals
-            else:
-                flat = vals.reshape(vals.shape[0], vals.shape[1], -1)
-                for j in range(flat.shape[2]):
-                    draws[f"{name}[{j}]"] = flat[:, :, j]
+        draws = flat_draws(idata)
         ess = min(ess_mean(v) for v in draws.values())
         if ess < 400:
             raise RuntimeError(f"NUTS reference for {key}: min ESS {ess:.0f} < 400; not cached.")

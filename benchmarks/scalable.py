@@ -42,8 +42,7 @@ import numpy as np  # noqa: E402
 
 from pymc_subsample.datasets import make_logistic  # noqa: E402
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import ess, group  # noqa: E402
+from pymc_subsample.testing import ess, group  # noqa: E402
 
 D = 10
 CHUNK = 1 << 16
@@ -75,14 +74,10 @@ class Timer:
         self.cpu = time.process_time() - self.c0
 
 
-def ess_1d(x):
-    """ESS of one chain, 0 for a constant chain."""
-    return ess(np.ravel(x), constant=0.0)
-
-
 def min_ess(idata):
+    """The smallest ESS of the coefficients' one chain (0 for a constant chain)."""
     beta = np.asarray(group(idata, "posterior")["beta"].values)  # (1, draws, D)
-    return float(min(ess_1d(beta[0, :, j]) for j in range(beta.shape[-1])))
+    return float(min(ess(beta[0, :, j], constant=0.0) for j in range(beta.shape[-1])))
 
 
 def sample(model, step, *, draws, tune, seed, initvals=None, **kw):
@@ -172,6 +167,19 @@ def plot(rows, fig2_rows, outdir):
     import matplotlib.pyplot as plt
 
     os.makedirs(outdir, exist_ok=True)
+
+    def save(fig, ax, ylabel, name):
+        """Label, lay out, save and close one figure; returns its path."""
+        ax.set_xlabel("N")
+        ax.set_ylabel(ylabel)
+        ax.set_title(f"Logistic regression, d = {D}")
+        ax.legend()
+        fig.tight_layout()
+        path = os.path.join(outdir, name)
+        fig.savefig(path, dpi=120)
+        plt.close(fig)
+        return path
+
     ns = np.array([r["n"] for r in rows], dtype=float)
     fig, ax = plt.subplots(figsize=(5.5, 4))
     ax.loglog(ns, ns, "k--", label="MH (N rows)")
@@ -179,28 +187,14 @@ def plot(rows, fig2_rows, outdir):
     ax.loglog(ns, [r["smh2"]["data_used"] for r in rows], "s-", label="SMH-2")
     ref = rows[0]["smh2"]["data_used"] * np.sqrt(ns[0] / ns)
     ax.loglog(ns, ref, ":", color="grey", label=r"$\propto N^{-1/2}$")
-    ax.set_xlabel("N")
-    ax.set_ylabel("mean rows read per step")
-    ax.set_title(f"Logistic regression, d = {D}")
-    ax.legend()
-    fig.tight_layout()
-    p1 = os.path.join(outdir, "scalable_fig1_data_used.png")
-    fig.savefig(p1, dpi=120)
-    plt.close(fig)
+    p1 = save(fig, ax, "mean rows read per step", "scalable_fig1_data_used.png")
 
     fig, ax = plt.subplots(figsize=(5.5, 4))
     ns2 = np.array([r["n"] for r in fig2_rows], dtype=float)
     for key, label, mk in (("smh1", "SMH-1", "o-"), ("smh2", "SMH-2", "s-"),
                            ("metropolis", "pm.Metropolis", "^-"), ("nuts", "pm.NUTS", "v-")):
         ax.loglog(ns2, [r[key]["ess"] / r[key]["wall"] for r in fig2_rows], mk, label=label)
-    ax.set_xlabel("N")
-    ax.set_ylabel("min ESS / s (sampling, wall clock)")
-    ax.set_title(f"Logistic regression, d = {D}")
-    ax.legend()
-    fig.tight_layout()
-    p2 = os.path.join(outdir, "scalable_fig2_ess_per_second.png")
-    fig.savefig(p2, dpi=120)
-    plt.close(fig)
+    p2 = save(fig, ax, "min ESS / s (sampling, wall clock)", "scalable_fig2_ess_per_second.png")
     return p1, p2
 
 

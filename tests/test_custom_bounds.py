@@ -9,30 +9,19 @@ proposal."""
 from __future__ import annotations
 
 import importlib.util
-import sys
 import warnings
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-from helpers import (  # noqa: E402
-    mcse_mean,
-    mcse_sd,
-    posterior,
-    run_sample,
-    sample_stats,
-    scalable_mh_accepting_every_proposal,
-)
-
-from pymc_subsample.kernels.phi import taylor_phi  # noqa: E402
+from pymc_subsample.kernels.phi import taylor_phi
+from pymc_subsample.testing import mcse_mean, mcse_sd, posterior, sample_stats
+from tests.conftest import REPO, run_sample, scalable_mh_accepting_every_proposal
 
 
 def _example():
     spec = importlib.util.spec_from_file_location(
-        "pms_example_custom_bounds", HERE.parent / "examples" / "custom_bounds.py")
+        "pms_example_custom_bounds", REPO / "examples" / "custom_bounds.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod

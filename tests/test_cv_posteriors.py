@@ -107,26 +107,29 @@ from __future__ import annotations
 
 import math
 import os
-import sys
 import time
 import warnings
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import test_reference_posteriors as refpost  # noqa: E402  (posteriordb loaders)
-from helpers import (  # noqa: E402
+from pymc_subsample.testing import ess, flat_draws, mcse_mean_sd, sample_stats
+from tests.conftest import (
+    benchmark_models,
+    bernoulli_logit_draws,
     hierarchical_logistic,
+    hierarchical_normal,
+    posteriordb_reference,
+    requires_posteriordb,
     run_sample,
-    sample_stats,
     sampler_warnings,
     scalable_mh_accepting_every_proposal,
     steps_per_draw,
 )
+from tests.conftest import logistic_model as _logistic_model
 
-M = refpost.M  # benchmarks/models.py: posteriordb loaders, multi-chain ESS / MCSE
+M = benchmark_models()  # benchmarks/models.py: the posteriordb models
+POSTERIORS = list(M.POSTERIORDB.values())
 
 # ---------------------------------------------------------------------------- criteria
 BIAS = 0.1  # allowed |mean error| (and |sd error|) in reference posterior sds
@@ -139,11 +142,9 @@ SEEDS = {"AustereMH": 20140621, "BarkerMinibatch": 20170801}
 def bulk_ess(x) -> float:
     """Rank-normalised (bulk) ESS of ``(chains, draws)`` draws (ArviZ; the same number
     under ArviZ 0.23 and 1.x)."""
-    import arviz as az
-
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return float(np.asarray(az.ess(np.asarray(x, dtype=float), method="bulk")))
+        return ess(x, method="bulk")
 
 
 def check(draws: dict, ref: dict, *, bias=BIAS, k=K, min_ess=MIN_ESS):
@@ -156,7 +157,7 @@ def check(draws: dict, ref: dict, *, bias=BIAS, k=K, min_ess=MIN_ESS):
         |sd - ref_sd|     <= bias * ref_sd + k * sqrt(mcse_sd^2 + ref_mcse_sd^2)
 
     with the Monte Carlo standard errors from each set's own multi-chain ESS
-    (:func:`benchmarks.models.mcse_mean_sd`: ``sd / sqrt(ESS)``, the sd's by the delta
+    (:func:`pymc_subsample.testing.mcse_mean_sd`: ``sd / sqrt(ESS)``, the sd's by the delta
     method). NaNs (a stuck chain) fail. Returns ``(rows, failures)``: one dict per
     component and the labels that failed.
     """
@@ -165,8 +166,8 @@ def check(draws: dict, ref: dict, *, bias=BIAS, k=K, min_ess=MIN_ESS):
         r = np.asarray(ref[label], dtype=float)
         x = np.asarray(x, dtype=float)
         ref_mean, ref_sd = float(r.mean()), float(r.std(ddof=1))
-        ref_mcse_m, ref_mcse_s = M.mcse_mean_sd(r)
-        mcse_m, mcse_s = M.mcse_mean_sd(x)
+        ref_mcse_m, ref_mcse_s = mcse_mean_sd(r)
+        mcse_m, mcse_s = mcse_mean_sd(x)
         row = {
             "label": label,
             "ess": bulk_ess(x),
@@ -211,8 +212,6 @@ def logistic_model():
     income-like 50 +- 20; latent correlations 0.1-0.6), ``beta ~ Normal(0, 5)``. The
     posterior sds span 0.001 to 0.07 and the intercept is strongly correlated with the
     slopes."""
-    import pymc as pm
-
     rng = np.random.default_rng(11)
     n = 20_000
     corr = np.array([[1, .6, .3, .5], [.6, 1, .4, .2], [.3, .4, 1, .1], [.5, .2, .1, 1.]])
@@ -220,11 +219,8 @@ def logistic_model():
     X = np.column_stack([np.ones(n), 45 + 12 * z[:, 0], 3.5 + 1.2 * z[:, 1],
                          (z[:, 2] > 0.3).astype(float), 50 + 20 * z[:, 3]])
     beta = np.array([-1.0, 0.03, -0.4, 0.8, -0.01])
-    y = (rng.random(n) < 1 / (1 + np.exp(-X @ beta))).astype(np.int64)
-    with pm.Model() as model:
-        b = pm.Normal("beta", 0.0, 5.0, shape=5)
-        pm.Bernoulli("y", logit_p=pm.math.dot(X, b), observed=y)
-    return model
+    y = bernoulli_logit_draws(rng, X @ beta)
+    return _logistic_model(X, y, prior_sd=5.0, coef="beta")
 
 
 def hierarchical_model(centred=False):
@@ -238,7 +234,7 @@ def hierarchical_model(centred=False):
     g = rng.integers(0, groups, n)
     x = rng.normal(2.0, 1.5, n)
     a_true = rng.normal(-0.5, 0.6, groups)
-    y = (rng.random(n) < 1 / (1 + np.exp(-(a_true[g] + 0.4 * x)))).astype(np.int64)
+    y = bernoulli_logit_draws(rng, a_true[g] + 0.4 * x)
     return hierarchical_logistic(y, g, x, groups, centred=centred)
 
 
@@ -312,7 +308,7 @@ def _nuts_reference_draws(name: str) -> dict:
         else:
             idata = pm.sample(init=cfg["mass"], target_accept=0.9, **kw)
     divergences = int(np.sum(sample_stats(idata)["diverging"].values))
-    draws = refpost._flat_draws(idata)
+    draws = flat_draws(idata)
     if "centred" in cfg:  # the non-centred form's z from the centred form's a
         for j in range(sum(k.startswith("a[") for k in draws)):
             draws[f"z[{j}]"] = (draws.pop(f"a[{j}]") - draws["mu"]) / draws["tau"]
@@ -367,7 +363,7 @@ def references(tmp_path_factory):
                         os.replace(tmp, path)
             cache[name] = (SYNTHETIC[name](), draws)
         else:
-            data, ref = refpost._posterior(name)
+            data, ref = posteriordb_reference(name)
             cache[name] = (M.posteriordb_model(name, data), ref.draws)
         return cache[name]
 
@@ -415,7 +411,7 @@ def evaluate(name, method, references, step_cls=None):
     idata, seconds = run_default(model, step_cls, SEEDS[method])
     n = n_rows_of(model)
     used = rows_per_step(idata, n, steps_per_draw(step_cls))
-    rows, failures = check(refpost._flat_draws(idata), ref)
+    rows, failures = check(flat_draws(idata), ref)
     s = summary(rows)
     stats = sample_stats(idata)
     line = (
@@ -442,10 +438,10 @@ _ORDER = [
     ("hierarchical", "AustereMH"),
     ("hierarchical_centred", "AustereMH"),
     ("hierarchical_centred", "BarkerMinibatch"),
-    *[(folder, method) for folder in refpost.POSTERIORS
+    *[(folder, method) for folder in POSTERIORS
       for method in ("AustereMH", "BarkerMinibatch")],
 ]
-_MARKS = {f: [refpost.requires_posteriordb] for f in refpost.POSTERIORS}
+_MARKS = {f: [requires_posteriordb] for f in POSTERIORS}
 CASES = [pytest.param(name, method, marks=_MARKS.get(name, []), id=f"{name}-{method}")
          for name, method in _ORDER]
 
@@ -479,7 +475,7 @@ def _accept_everything():
 
 
 @pytest.mark.slow
-@refpost.requires_posteriordb
+@requires_posteriordb
 def test_check_catches_a_sampler_that_accepts_everything(references, record_property):
     """The same run and the same check with the accept/reject test removed: every pCN
     proposal is accepted, tuning drives it to ``rho = 0`` and the chain is i.i.d. draws
@@ -498,25 +494,14 @@ def non_centred_normal_model(centred=False):
     likelihood of unknown sigma. ScalableMH takes its bounds in the predictor coordinates
     ``(b, mu + tau * z, log sigma)``; the minibatch steps' predictor coordinates do not
     cover a sampled scale yet, so their control variates stay in the sampled variables,
-    about a joint mode far from the posterior's bulk."""
-    import pymc as pm
-
+    about a joint mode far from the posterior's bulk. ``centred=True``: the same
+    posterior, for the NUTS reference."""
     rng = np.random.default_rng(12)
     n, groups = 4_000, 20
     g = rng.integers(0, groups, n)
     x = rng.normal(2.0, 1.5, n)
     y = rng.normal(-0.5, 0.6, groups)[g] + 0.4 * x + rng.normal(0.0, 1.0, n)
-    with pm.Model() as model:
-        mu = pm.Normal("mu", 0.0, 2.0)
-        tau = pm.HalfNormal("tau", 1.0)
-        if centred:  # the same posterior (for the NUTS reference)
-            eta = pm.Normal("a", mu, tau, shape=groups)[g]
-        else:
-            eta = mu + tau * pm.Normal("z", 0.0, 1.0, shape=groups)[g]
-        b = pm.Normal("b", 0.0, 2.0)
-        sigma = pm.HalfNormal("sigma", 2.0)
-        pm.Normal("y", eta + b * x, sigma, observed=y)
-    return model
+    return hierarchical_normal(y, g, x, groups, centred=centred)
 
 
 def test_poor_laplace_fit_is_not_silent():
@@ -529,7 +514,7 @@ def test_poor_laplace_fit_is_not_silent():
     model = non_centred_normal_model()
     with model:
         step = pms.BarkerMinibatch()
-    assert step._vmap is None
+    assert getattr(step.control, "vmap", None) is None
     idata = run_sample(model, step, draws=20, tune=600, chains=1, seed=SEEDS["BarkerMinibatch"],
                        keep_warning_stat=True)
     found = sampler_warnings(idata, "the Laplace fit there is poor")
@@ -563,10 +548,10 @@ def test_scalable_mh_non_centred_hierarchical_is_exact(broken, name, references,
     model, ref = references(name)
     step_cls = scalable_mh_accepting_every_proposal() if broken else pms.ScalableMH
     step, idata, seconds = _run_scalable(model, step_cls)
-    assert step._vmap is not None and type(step.proposal).__name__ == "SurrogateHMC"
+    assert getattr(step.control, "vmap", None) is not None and type(step.proposal).__name__ == "SurrogateHMC"
     n = n_rows_of(model)
     used = np.asarray(sample_stats(idata)["data_used"].values, dtype=float)
-    rows, failures = check(refpost._flat_draws(idata), ref, bias=0.0)
+    rows, failures = check(flat_draws(idata), ref, bias=0.0)
     s = summary(rows)
     line = (f"{name} x {step_cls.__name__}: max|mean err|/sd {s['max_err']:.3f}, "
             f"max|sd err|/sd {s['max_sd_err']:.3f}, min bulk ESS {s['min_ess']:.0f}, rows/step "

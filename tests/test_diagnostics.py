@@ -10,23 +10,18 @@ matplotlib.use("Agg")
 import numpy as np
 import pytest
 
-from helpers import from_dict, run_sample, sample_stats
+from pymc_subsample.testing import from_dict, sample_stats
+from tests.conftest import logistic_data, logistic_model, run_sample
 
 
 @pytest.fixture(scope="module")
 def sampled():
-    import pymc as pm
-
     import pymc_subsample as pms
 
-    rng = np.random.default_rng(21)
     n = 3_000
-    x = rng.standard_normal(n)
-    y = (rng.random(n) < 1.0 / (1.0 + np.exp(-(0.5 + x)))).astype(np.int64)
-    with pm.Model() as model:
-        a = pm.Normal("a", 0.0, 2.0)
-        b = pm.Normal("b", 0.0, 2.0)
-        pm.Bernoulli("y", logit_p=a + b * x, observed=y)
+    x, y = logistic_data(np.random.default_rng(21), n, 1.0, intercept=0.5)
+    model = logistic_model(x, y, prior_sd=2.0, intercept_sd=2.0)
+    with model:
         step = pms.AustereMH()
     idata = run_sample(model, step, draws=150, tune=100, chains=2, seed=3)
     return idata, n

@@ -1,8 +1,10 @@
-"""docs/architecture.md says a new step method is one module (a SubsampleStep subclass
-with its ``_decide``) plus one registry line, and a new proposal one module (a Proposal
-subclass) plus one line in ``proposals.REGISTRY``. This checks both, on a conjugate
-model whose posterior is known exactly: the step's and the proposal's draws must match
-it, and the same check catches a step that accepts every proposal."""
+"""docs/architecture.md says a new step method is one module (an MHStep subclass with
+its ``_decide``) plus one registry line, a new proposal one module (a Proposal subclass)
+plus one line in ``proposals.REGISTRY``, and a new control variate a ControlVariate
+subclass of a few lines handed to ``control_variate=``. This checks all three, on a
+conjugate model whose posterior is known exactly: the draws must match it, and the same
+check catches a step that accepts every proposal and a control variate whose sum is
+wrong."""
 
 from __future__ import annotations
 
@@ -11,37 +13,33 @@ import math
 import numpy as np
 import pytest
 
-from helpers import mcse_mean, mcse_sd, posterior, run_sample, sample_stats
-
 from pymc_subsample.proposals.base import Proposal
+from pymc_subsample.testing import mcse_mean, mcse_sd, posterior, sample_stats
+from tests.conftest import normal_mean_model, run_sample
 
 N, SIGMA, PRIOR_SD = 400, 2.0, 3.0
 
 
 @pytest.fixture(scope="module")
 def conjugate():
-    import pymc as pm
-
     y = np.random.default_rng(31).normal(1.5, SIGMA, N)
-    with pm.Model() as model:
-        mu = pm.Normal("mu", 0.0, PRIOR_SD)
-        pm.Normal("y", mu, SIGMA, observed=y)
+    model = normal_mean_model(y, prior_sd=PRIOR_SD, sigma=SIGMA)
     prec = 1.0 / PRIOR_SD**2 + N / SIGMA**2
     return model, y.sum() / SIGMA**2 / prec, math.sqrt(1.0 / prec)
 
 
 def _exact_mh_step(broken=False):
     """The "one new module": an exact full-data MH step on the package's plumbing."""
-    from pymc_subsample.steps.base import SubsampleStep
+    from pymc_subsample.steps.mh import Decision, MHStep
 
-    class FullDataMH(SubsampleStep):
+    class FullDataMH(MHStep):
         name = "full_data_mh"
         keeps_data_sums = False
 
         def _decide(self, q, q_prop, log_prior_ratio, log_qratio):
             log_r = log_prior_ratio + log_qratio + self.engine.full_loglik_diff(q, q_prop)
             accept = broken or math.log(self.rng.random()) < log_r
-            return accept, {"data_used": self.n_rows, "n_batches": 1}
+            return Decision(accept, data_used=self.n_rows, n_batches=1)
 
     return FullDataMH
 
@@ -85,3 +83,60 @@ def test_a_new_proposal_is_one_module_plus_a_registry_line(conjugate, monkeypatc
     mu = posterior(idata)["mu"].values
     assert abs(mu.mean() - mean) < 4 * mcse_mean(mu) + 0.02 * sd
     assert abs(mu.std() - sd) < 4 * mcse_sd(mu) + 0.02 * sd
+
+
+def _first_order_taylor(wrong_sum=False):
+    """The "few lines" of a control variate: first-order Taylor terms about the centre,
+    ``c_i = g_i(c) . (q' - q)``, whose sum over all rows is ``G . (q' - q)``
+    (``wrong_sum``: ``G`` summed over half the rows, a plausible bug, so the chain
+    targets a tilted posterior; at the mode the full ``G`` is nearly 0, the half sum not)."""
+    from pymc_subsample.kernels.control_variates import ControlVariate
+
+    class FirstOrderTaylor(ControlVariate):
+        def setup(self, lik, center):
+            self.lik, self.c, self.g_sum = lik, center.theta, center.loglik_grad
+            if wrong_sum:
+                half = np.arange(lik.n_rows // 2)
+                self.g_sum = lik.loglik_rows_grad(self.c, half)[1].sum(axis=0)
+
+        def sum_diff(self, q, q_new):
+            return float(self.g_sum @ (q_new - q))
+
+        def terms(self, q, q_new, rows):
+            plain = self.lik.loglik_diff(q, q_new, rows)
+            return plain, plain - self.lik.loglik_rows_grad(self.c, rows)[1] @ (q_new - q)
+
+    return FirstOrderTaylor()
+
+
+@pytest.mark.parametrize("wrong_sum", [False, True])
+def test_a_new_control_variate_is_a_few_lines(conjugate, wrong_sum):
+    import pymc_subsample as pms
+
+    model, mean, sd = conjugate
+    with model:
+        # epsilon=0: the exact MH test on the control variate's sum plus all N residuals
+        step = pms.AustereMH(control_variate=_first_order_taylor(wrong_sum), epsilon=0.0)
+    assert type(step.control).__name__ == "FirstOrderTaylor"
+    idata = run_sample(model, step, draws=2000, tune=500, chains=2, seed=9)
+    mu = posterior(idata)["mu"].values
+    z_mean = abs(mu.mean() - mean) / mcse_mean(mu)
+    z_sd = abs(mu.std() - sd) / mcse_sd(mu)
+    assert (z_mean < 4 and z_sd < 4) != wrong_sum, (z_mean, z_sd)
+    settings = sample_stats(idata)["setting_control_variate"].values
+    assert np.all(settings == -2)  # a control variate of the user's
+
+
+def test_a_new_control_variate_reduces_the_rows_read(conjugate):
+    """With the approximate test, the user's control variate makes the t-test decide on
+    fewer rows than the plain differences (it does what a control variate is for)."""
+    import pymc_subsample as pms
+
+    model, _, _ = conjugate
+    used = {}
+    for name, cv in (("plain", 0), ("user", _first_order_taylor())):
+        with model:
+            step = pms.AustereMH(control_variate=cv, batch_size=50, scaling=0.3)
+        idata = run_sample(model, step, draws=300, tune=200, chains=1, seed=10)
+        used[name] = float(sample_stats(idata)["data_used"].values.mean())
+    assert used["user"] < 0.5 * used["plain"], used

@@ -3,10 +3,12 @@ the variable and says what to do; the common right ones sample.
 
 Each refusal test asserts the exception type and the words of its message. The files on
 disk that change under a step are in ``test_hostile_files.py``; the normal-approximation
-warnings in ``test_clt_warnings.py``.
+warnings in ``kernels/test_clt_error.py``.
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 import numpy as np
 import pymc as pm
@@ -14,8 +16,9 @@ import pytensor.tensor as pt
 import pytest
 
 import pymc_subsample as pms
-from helpers import mcse_mean, mcse_sd, posterior, run_sample
 from pymc_subsample.engine.analysis import check_factorises
+from pymc_subsample.testing import mcse_mean, mcse_sd, posterior
+from tests.conftest import logistic_model, run_sample
 
 STEPS = [pms.AustereMH, pms.BarkerMinibatch, pms.ScalableMH, pms.SGLD]
 STEP_IDS = [s.__name__ for s in STEPS]
@@ -27,14 +30,7 @@ def _data(n=3000, d=3, seed=1):
 
 
 def _logistic(X, y, *, link=None):
-    with pm.Model() as model:
-        b = pm.Normal("b", 0.0, 1.0, shape=X.shape[1])
-        eta = pt.as_tensor(X) @ b
-        if link is None:
-            pm.Bernoulli("y", logit_p=eta, observed=y)
-        else:
-            pm.Bernoulli("y", p=link(eta), observed=y)
-    return model
+    return logistic_model(X, y, matmul=True, link=link)
 
 
 # ---------------------------------------------------------------- rows coupled together
@@ -250,8 +246,8 @@ class _AustereAcceptingEveryProposal(pms.AustereMH):
     Laplace approximation, which this posterior (N = 2,000) is close to."""
 
     def _decide(self, q, q_prop, log_prior_ratio, log_qratio):
-        _, stats = super()._decide(q, q_prop, log_prior_ratio, log_qratio)
-        return True, stats
+        d = super()._decide(q, q_prop, log_prior_ratio, log_qratio)
+        return dataclasses.replace(d, accepted=True)
 
 
 def test_integer_pm_data_check_catches_a_sampler_that_accepts_every_proposal(

@@ -26,7 +26,8 @@ import pymc_subsample as pms
 from pymc_subsample import _memmap
 from pymc_subsample.kernels.thinning import BoundViolationError
 from pymc_subsample.out_of_core import DataFileChangedError, DataFileWatcher
-from helpers import from_dict
+from pymc_subsample.testing import from_dict
+from tests.conftest import logistic_model
 
 N, D = 3000, 2
 
@@ -38,10 +39,7 @@ def _files(tmp_path):
 
 
 def _model(x, y):
-    with pm.Model() as model:
-        beta = pm.Normal("beta", 0.0, 1.0, shape=D)
-        pm.Bernoulli("y", logit_p=pm.math.dot(x, beta), observed=y)
-    return model
+    return logistic_model(x, y, coef="beta", n_coef=D)
 
 
 def _rows_model(tmp_path):

@@ -13,12 +13,12 @@ import sys
 
 import cloudpickle
 import numpy as np
-import pymc as pm
 import pytest
 
 import pymc_subsample as pms
 from pymc_subsample import _memmap
-from helpers import run_sample, sample_stats
+from pymc_subsample.testing import sample_stats
+from tests.conftest import logistic_data, logistic_model, run_sample
 
 
 class FileBackedProbe(pms.AustereMH):
@@ -42,19 +42,14 @@ class FileBackedProbe(pms.AustereMH):
 def _memmap_model(tmp_path, n=400, k=3, rows=False):
     """A logistic model on a memmapped X (``rows=True``: X and y through
     ``pms.out_of_core.rows``, both file-backed)."""
-    rng = np.random.default_rng(5)
-    X = rng.normal(size=(n, k))
-    y = (rng.random(n) < 1 / (1 + np.exp(-X @ np.linspace(-1, 1, k)))).astype(np.int64)
+    X, y = logistic_data(np.random.default_rng(5), n, np.linspace(-1, 1, k))
     np.save(tmp_path / "X.npy", X)
     np.save(tmp_path / "y.npy", y)
     Xm = np.load(tmp_path / "X.npy", mmap_mode="r")
     assert isinstance(Xm, np.memmap)
     if rows:
         Xm, y = pms.out_of_core.rows(tmp_path / "X.npy"), pms.out_of_core.rows(tmp_path / "y.npy")
-    with pm.Model() as model:
-        b = pm.Normal("b", 0, 1, shape=k)
-        pm.Bernoulli("y", logit_p=pm.math.dot(Xm, b), observed=y)
-    return model, X
+    return logistic_model(Xm, y, prior_sd=1, n_coef=k), X
 
 
 def test_file_backed_arrays_pickle_by_reference(tmp_path):

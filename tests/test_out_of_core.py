@@ -16,24 +16,16 @@ import pymc_subsample as pms
 from pymc_subsample import _memmap, passes
 from pymc_subsample.kernels.bounds import UpperBounds
 from pymc_subsample.out_of_core import keep_observations_on_disk, open_rows, rows
-from helpers import group
+from pymc_subsample.testing import group
+from tests.conftest import bernoulli_logit_draws, logistic_data, logistic_model
 
 
 def _write(tmp_path, n=3000, k=3, seed=0):
-    rng = np.random.default_rng(seed)
-    X = rng.normal(size=(n, k)).astype(np.float32)
-    beta = np.linspace(-1.0, 1.0, k)
-    y = (rng.random(n) < 1 / (1 + np.exp(-(X @ beta)))).astype(np.int64)
+    X, y = logistic_data(np.random.default_rng(seed), n, np.linspace(-1.0, 1.0, k),
+                         dtype=np.float32)
     np.save(tmp_path / "X.npy", X)
     np.save(tmp_path / "y.npy", y)
     return X, y
-
-
-def _logistic(X, y):
-    with pm.Model() as model:
-        b = pm.Normal("b", 0.0, 1.0, shape=X.shape[1] if hasattr(X, "shape") else 3)
-        pm.Bernoulli("y", logit_p=pm.math.dot(X, b), observed=y)
-    return model
 
 
 def test_open_rows_maps_converts_and_refuses(tmp_path):
@@ -88,8 +80,8 @@ def test_observations_stay_on_disk_and_draws_equal_in_memory(tmp_path):
     """The same seed gives the same draws with the data in memory and on disk; on disk
     neither the step nor the result holds a copy of the rows."""
     X, y = _write(tmp_path)
-    disk = _logistic(rows(tmp_path / "X.npy"), rows(tmp_path / "y.npy", dtype="int64"))
-    memory = _logistic(X, y)
+    disk = logistic_model(rows(tmp_path / "X.npy"), rows(tmp_path / "y.npy", dtype="int64"))
+    memory = logistic_model(X, y)
     draws = []
     for model in (disk, memory):
         with model:
@@ -130,7 +122,7 @@ def test_observations_in_another_dtype_warn_and_still_sample(tmp_path):
     need the observations as a data array (it used to stop with a bare StopIteration)."""
     X, y = _write(tmp_path)
     np.save(tmp_path / "yf.npy", y.astype(np.float64))
-    model = _logistic(rows(tmp_path / "X.npy"), rows(tmp_path / "yf.npy"))
+    model = logistic_model(rows(tmp_path / "X.npy"), rows(tmp_path / "yf.npy"))
     with model:
         with pytest.warns(UserWarning, match=r"observed 'y': .*yf.npy holds float64 but "
                           r"'y' is int64.*dtype='int64'"):
@@ -174,7 +166,7 @@ def test_parallel_passes_equal_serial(tmp_path):
     consumed in row order)."""
     pytest.importorskip("dask")
     X, y = _write(tmp_path, n=150_000)  # three chunks of 65,536 rows
-    model = _logistic(rows(tmp_path / "X.npy"), rows(tmp_path / "y.npy", dtype="int64"))
+    model = logistic_model(rows(tmp_path / "X.npy"), rows(tmp_path / "y.npy", dtype="int64"))
     a, b = _built_serial_and_threaded(model, lambda: pms.ScalableMH())
     np.testing.assert_array_equal(a.psi, b.psi)
     np.testing.assert_array_equal(a.theta_hat, b.theta_hat)
@@ -197,7 +189,7 @@ def test_parallel_compiled_passes_equal_serial():
         b = pm.Normal("b", 0.0, 1.0)
         pm.Normal("y", a * pm.math.exp(b * x), 0.5, observed=y)
     s, t = _built_serial_and_threaded(curved, lambda: pms.AustereMH())
-    assert s._vmap is None  # the engine's compiled passes, not the predictor's
+    assert getattr(s.control, "vmap", None) is None  # the engine's compiled passes, not the predictor's
     for field in ("theta", "loglik_grad", "loglik_hess"):
         np.testing.assert_array_equal(getattr(s.center, field), getattr(t.center, field))
     X = rng.normal(size=(n, 2))
@@ -207,10 +199,8 @@ def test_parallel_compiled_passes_equal_serial():
         shape = pm.HalfNormal("shape", 3.0)
         pm.Gamma("y", alpha=shape, beta=shape / pm.math.exp(pm.math.dot(X, beta)),
                  observed=rng.gamma(2.5, np.exp(eta) / 2.5))
-    with pm.Model() as logistic:  # one-parameter rows, Cornish et al.'s bound form
-        beta = pm.Normal("beta", 0.0, 1.0, shape=2)
-        pm.Bernoulli("y", logit_p=pm.math.dot(X, beta),
-                     observed=(rng.random(n) < 1 / (1 + np.exp(-eta))).astype(np.int64))
+    # one-parameter rows, Cornish et al.'s bound form
+    logistic = logistic_model(X, bernoulli_logit_draws(rng, eta), coef="beta")
     for model, kw in ((gamma, {}), (logistic, dict(bound_form="cornish"))):
         s, t = _built_serial_and_threaded(model, lambda: pms.ScalableMH(**kw))
         np.testing.assert_array_equal(s.psi, t.psi)
@@ -280,7 +270,7 @@ def test_passes_on_a_distributed_client(tmp_path):
     Hessian, the bound constants)."""
     distributed = pytest.importorskip("distributed")
     X, y = _write(tmp_path, n=150_000)  # three chunks of 65,536 rows
-    logistic = _logistic(rows(tmp_path / "X.npy"), rows(tmp_path / "y.npy", dtype="int64"))
+    logistic = logistic_model(rows(tmp_path / "X.npy"), rows(tmp_path / "y.npy", dtype="int64"))
     eta = X.astype(np.float64) @ np.array([0.3, -0.5, 0.2])
     np.save(tmp_path / "g.npy", np.random.default_rng(1).gamma(2.5, np.exp(eta) / 2.5))
     with pm.Model() as gamma:

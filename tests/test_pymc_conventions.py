@@ -13,7 +13,8 @@ import pymc as pm
 import pytest
 
 import pymc_subsample as pms
-from helpers import run_sample, sample_stats
+from pymc_subsample.testing import batch_means_se, from_datasets, sample_stats
+from tests.conftest import logistic_data, logistic_model, run_sample
 
 METHODS = ["ScalableMH", "AustereMH", "BarkerMinibatch"]
 #: with SGLD, which has no MH test (its progress columns differ)
@@ -22,13 +23,8 @@ ALL_STEPS = METHODS + ["SGLD"]
 
 @pytest.fixture(scope="module")
 def model():
-    rng = np.random.default_rng(7)
-    x = rng.normal(size=3000)
-    y = rng.random(3000) < 1 / (1 + np.exp(-(0.3 + 0.8 * x)))
-    with pm.Model() as m:
-        a = pm.Normal("a", 0, 2)
-        b = pm.Normal("b", 0, 2)
-        pm.Bernoulli("y", logit_p=a + b * x, observed=y.astype(int))
+    x, y = logistic_data(np.random.default_rng(7), 3000, 0.8, intercept=0.3)
+    with logistic_model(x, y, prior_sd=2, intercept_sd=2) as m:
         pm.Normal("c", 0, 1)  # not in the likelihood: for another step of a CompoundStep
     return m
 
@@ -73,9 +69,7 @@ def test_sampling_with_the_progress_bar_on(model, name, progressbar):
 
 @pytest.fixture
 def data_model():
-    rng = np.random.default_rng(8)
-    x = rng.normal(size=2000)
-    y = (rng.random(2000) < 1 / (1 + np.exp(-(0.3 + 0.8 * x)))).astype(int)
+    x, y = logistic_data(np.random.default_rng(8), 2000, 0.8, intercept=0.3)
     with pm.Model() as m:
         xd = pm.Data("x", x)
         a = pm.Normal("a", 0, 2)
@@ -170,7 +164,8 @@ def test_sampling_state_carries_the_tuning_state(model, name):
     for _ in range(150):
         point, _ = step.step(point)
     state = step.sampling_state
-    assert type(state).__name__ == "SubsampleStepState" and state.proposal_state
+    assert type(state).__name__ == "SubsampleStepState"
+    assert state.proposal_state or state.chain.noise_n > 0  # SGLD: its noise check
     expected = _chain(step, dict(point))
     with model:
         fresh = cls(vars=[model["a"], model["b"]])
@@ -246,17 +241,10 @@ def test_step_settings_of_two_subsampling_steps_and_without_any(model):
         "setting_control_variate": (("chain", "draw"), np.full((2, 5), -1)),
         "data_used": (("chain", "draw"), np.zeros((2, 5))),
     })
-    import arviz as az
-
-    def wrap(ds):  # what pm.sample returns: InferenceData (ArviZ 0.x) or DataTree (1.x)
-        if int(az.__version__.split(".")[0]) >= 1:
-            return xr.DataTree.from_dict({"/sample_stats": ds})
-        return az.InferenceData(sample_stats=ds)
-
-    idata = wrap(ds)
+    idata = from_datasets(sample_stats=ds)  # what pm.sample returns (InferenceData or DataTree)
     assert step_settings(idata) == {"batch_size": (100, 50), "control_variate": "saga"}
     del ds["setting_batch_size"], ds["setting_control_variate"]
-    idata = wrap(ds)
+    idata = from_datasets(sample_stats=ds)
     assert step_settings(idata) == {}
 
 
@@ -271,8 +259,6 @@ def test_accept_is_the_acceptance_probability_the_test_saw(model, name, kwargs):
     transition, estimated where the test is approximate or reads a few rows: its mean
     over a chain matches the acceptance rate (``accepted``) within Monte Carlo error,
     and each value lies in [0, 1]."""
-    from helpers import batch_means_se
-
     with model:
         step = getattr(pms, name)(proposal="random_walk", **kwargs)
     st = sample_stats(run_sample(model, step, draws=2000, tune=500, chains=1, seed=4))

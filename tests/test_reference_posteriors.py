@@ -32,8 +32,8 @@ These data sets are small (N = 100 to 1,192 rows), so the approximate tests read
 rows (AustereMH reads all N <= 500 rows at once, i.e. is exact MH on sblrc-blr and
 kidiq; BarkerMinibatch reads > 98% of the rows on all four).
 
-Measured bias (long runs by :func:`measure_bias`, ``python
-tests/test_reference_posteriors.py``: 8 chains x 20,000 draws after 3,000 tuning steps,
+Measured bias (long runs by :func:`measure_bias`, ``python -m
+tests.test_reference_posteriors``: 8 chains x 20,000 draws after 3,000 tuning steps,
 MAP start, adaptive covariance, PyMC 5.28, package as of the tuned-scale cap
 ``max_scale_factor=2``; ``(sampler - reference) / reference sd``, with the combined Monte
 Carlo standard error of the difference in brackets; the worst component for the mean and
@@ -82,48 +82,23 @@ too few for the bounds to be tight), 3.0 of 434 (kidiq), 1.4 of 1,192 (earnings)
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 import warnings
-from functools import lru_cache
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from helpers import (  # noqa: E402
-    posterior,
-    sample_stats,
+from pymc_subsample.testing import ess_mean, flat_draws, mcse_mean_sd, sample_stats
+from tests.conftest import (
+    benchmark_models,
+    posteriordb_reference,
+    requires_posteriordb,
     scalable_mh_accepting_every_proposal,
     steps_per_draw,
 )
 
-
-def _load_models():
-    """``benchmarks/models.py`` as a module (benchmarks/ is not a package)."""
-    name = "pms_benchmark_models"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, REPO / "benchmarks" / "models.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-M = _load_models()
+M = benchmark_models()
 
 POSTERIORS = list(M.POSTERIORDB.values())
-
-requires_posteriordb = pytest.mark.skipif(
-    not M.posteriordb_available(),
-    reason=(
-        f"posteriordb reference posteriors not found in {M.posteriordb_dir()} "
-        "(set PMS_POSTERIORDB to the folder holding sblrc-blr/, kidiq-kidscore_momiq/, ...)"
-    ),
-)
 
 K = 4.0
 MIN_ESS = 100
@@ -145,35 +120,13 @@ RUNS = {
 SEEDS = {"AustereMH": 101, "BarkerMinibatch": 202}
 
 
-@lru_cache(maxsize=None)
-def _posterior(folder):
-    data, draws = M.load_posteriordb(folder)
-    ref = M.reference_from_draws(draws, f"posteriordb {folder}", int(data["N"]))
-    return data, ref
-
-
-def _flat_draws(idata):
-    """``label -> (chains, draws)`` for every scalar component of the posterior."""
-    post = posterior(idata)
-    out = {}
-    for name in post.data_vars:
-        vals = np.asarray(post[name].values, dtype=float)
-        if vals.ndim == 2:
-            out[name] = vals
-        else:
-            flat = vals.reshape(vals.shape[0], vals.shape[1], -1)
-            for j in range(flat.shape[2]):
-                out[f"{name}[{j}]"] = flat[:, :, j]
-    return out
-
-
 def _run(folder, method, *, chains=CHAINS, tune=None, draws=None, seed=None):
     """Sample ``folder``'s posterior with ``method`` (the set-up of the module docstring)."""
     import pymc as pm
 
     import pymc_subsample as pms
 
-    data, ref = _posterior(folder)
+    data, ref = posteriordb_reference(folder)
     model = M.posteriordb_model(folder, data)
     tune_d, draws_d = RUNS[(folder, method)]
     with model, warnings.catch_warnings():
@@ -195,8 +148,8 @@ def _compare(draws, ref, method):
     for label, x in draws.items():
         j = ref.labels.index(label)
         sd_ref = ref.sd[j]
-        ess = M.ess_mean(x)
-        mcse_m, mcse_s = M.mcse_mean_sd(x)
+        ess = ess_mean(x)
+        mcse_m, mcse_s = mcse_mean_sd(x)
         dm = (x.mean() - ref.mean[j]) / sd_ref
         ds = (x.std(ddof=1) - sd_ref) / sd_ref
         tol_m = K * np.hypot(mcse_m, ref.mcse_mean[j]) / sd_ref + BIAS_MEAN[method]
@@ -217,7 +170,7 @@ def _report(rows):
 def test_reference_labels_match_models():
     """Every reference component is a component of the PyMC model (fast, no sampling)."""
     for folder in POSTERIORS:
-        data, ref = _posterior(folder)
+        data, ref = posteriordb_reference(folder)
         model = M.posteriordb_model(folder, data)
         point = model.initial_point()
         labels = []
@@ -235,7 +188,7 @@ def test_reference_labels_match_models():
 @pytest.mark.parametrize("folder", POSTERIORS)
 def test_matches_posteriordb_reference(folder, method):
     idata, ref = _run(folder, method)
-    rows, failures = _compare(_flat_draws(idata), ref, method)
+    rows, failures = _compare(flat_draws(idata), ref, method)
     assert not failures, (
         f"{method} on {folder}: {failures} outside K={K} MCSE + bias allowance "
         f"(or ESS < {MIN_ESS}):\n{_report(rows)}"
@@ -247,7 +200,7 @@ def test_matches_posteriordb_reference(folder, method):
 def _run_scalable(folder, step_cls):
     import pymc as pm
 
-    data, ref = _posterior(folder)
+    data, ref = posteriordb_reference(folder)
     model = M.posteriordb_model(folder, data)
     with model, warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -268,7 +221,7 @@ def test_scalable_mh_matches_posteriordb_reference(folder):
     import pymc_subsample as pms
 
     idata, ref = _run_scalable(folder, pms.ScalableMH)
-    rows, failures = _compare(_flat_draws(idata), ref, "ScalableMH")
+    rows, failures = _compare(flat_draws(idata), ref, "ScalableMH")
     assert not failures, (
         f"ScalableMH on {folder}: {failures} outside K={K} MCSE (or ESS < {MIN_ESS}):\n"
         f"{_report(rows)}"
@@ -288,7 +241,7 @@ def test_scalable_check_catches_a_sampler_that_accepts_every_proposal():
     pCN proposal's Gaussian) fails on kidiq (measured: sigma's mean and sd outside the
     tolerance)."""
     idata, ref = _run_scalable("kidiq-kidscore_momiq", scalable_mh_accepting_every_proposal())
-    rows, failures = _compare(_flat_draws(idata), ref, "ScalableMH")
+    rows, failures = _compare(flat_draws(idata), ref, "ScalableMH")
     assert failures, f"the check did not catch the broken sampler:\n{_report(rows)}"
 
 
@@ -319,20 +272,20 @@ def test_benchmark_numpy_densities_match_pymc_models():
 
 def measure_bias(chains=8, tune=3000, draws=20000, seed=777):
     """The long runs behind the bias table of the module docstring (about 30 minutes of
-    one core): ``python tests/test_reference_posteriors.py``."""
+    one core): ``python -m tests.test_reference_posteriors``."""
     for folder in POSTERIORS:
         for method in ("AustereMH", "BarkerMinibatch"):
             idata, ref = _run(folder, method, chains=chains, tune=tune, draws=draws, seed=seed)
             used = float(np.mean(sample_stats(idata)["data_used"].values))
             print(f"== {folder} {method}: {used:.0f} of {ref.n_rows} rows per step")
-            for label, x in _flat_draws(idata).items():
+            for label, x in flat_draws(idata).items():
                 j = ref.labels.index(label)
-                mcse_m, mcse_s = M.mcse_mean_sd(x)
+                mcse_m, mcse_s = mcse_mean_sd(x)
                 se_m = np.hypot(mcse_m, ref.mcse_mean[j]) / ref.sd[j]
                 se_s = np.hypot(mcse_s, ref.mcse_sd[j]) / ref.sd[j]
                 dm = (x.mean() - ref.mean[j]) / ref.sd[j]
                 ds = (x.std(ddof=1) - ref.sd[j]) / ref.sd[j]
-                print(f"   {label:<8} ESS {M.ess_mean(x):6.0f}  mean {dm:+.3f} ({se_m:.3f})  "
+                print(f"   {label:<8} ESS {ess_mean(x):6.0f}  mean {dm:+.3f} ({se_m:.3f})  "
                       f"sd {ds:+.3f} ({se_s:.3f})", flush=True)
 
 

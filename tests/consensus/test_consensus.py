@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from helpers import group, mcse_mean, mcse_sd
 from pymc_subsample.consensus import combine
+from pymc_subsample.testing import group, mcse_mean, mcse_sd
 
 
 # ---------------------------------------------------------------------- combiners

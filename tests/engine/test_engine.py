@@ -31,6 +31,7 @@ from pytensor.compile.sharedvalue import SharedVariable
 from pytensor.graph.basic import Constant
 
 from pymc_subsample.engine import LikelihoodEngine, ModelNotSupportedError
+from tests.conftest import logistic_data, logistic_model
 
 N_ZOO = 120
 RTOL = 1e-9  # engine vs model, same arithmetic up to summation order
@@ -341,6 +342,18 @@ def fd_grad(f, q, h=FD_STEP):
     return g
 
 
+def fd_jacobian(f, q, h):
+    """Central finite differences of a function from R^d to R^d: column ``i`` is the
+    derivative in ``q_i`` (a Hessian, for ``f`` a gradient)."""
+    d = q.size
+    fd = np.empty((d, d))
+    for i in range(d):
+        e = np.zeros(d)
+        e[i] = h
+        fd[:, i] = (f(q + e) - f(q - e)) / (2 * h)
+    return fd
+
+
 # ====================================================================== zoo: values
 def test_zoo_size():
     assert len(ZOO) >= 10
@@ -447,12 +460,7 @@ def test_rows_hessian_sums_to_full_hessian(name):
     assert_close(tot, eng.full_loglik(q), what="value")
     np.testing.assert_allclose(hess, np.swapaxes(hess, 1, 2), rtol=1e-8, atol=1e-10)
     # the Hessian is the derivative of the gradient
-    fd = np.empty((d, d))
-    h = 1e-5
-    for i in range(d):
-        e = np.zeros(d)
-        e[i] = h
-        fd[:, i] = (eng.full_loglik_grad(q + e)[1] - eng.full_loglik_grad(q - e)[1]) / (2 * h)
+    fd = fd_jacobian(lambda x: eng.full_loglik_grad(x)[1], q, h=1e-5)
     assert_close(H, fd, rtol=FD_RTOL, what="Hessian vs FD")
     # batches of one row, and the batch Hessian of a subset of rows
     rows = case.rows
@@ -470,13 +478,7 @@ def test_prior_hessian_matches_finite_differences(case):
     v, g, H = eng.prior_hessian(q)
     assert_close(v, eng.prior(q), what="value")
     assert_close(g, eng.prior_and_grad(q)[1], what="grad")
-    d = eng.ndim
-    fd = np.empty((d, d))
-    h = 1e-5
-    for i in range(d):
-        e = np.zeros(d)
-        e[i] = h
-        fd[:, i] = (eng.prior_and_grad(q + e)[1] - eng.prior_and_grad(q - e)[1]) / (2 * h)
+    fd = fd_jacobian(lambda x: eng.prior_and_grad(x)[1], q, h=1e-5)
     assert_close(H, fd, rtol=FD_RTOL, what="prior Hessian vs FD")
 
 
@@ -656,12 +658,8 @@ BATCH = 100
 @pytest.fixture(scope="module")
 def big():
     rng = np.random.default_rng(31)
-    X = rng.normal(size=(N_BIG, 5))
-    y = (rng.random(N_BIG) < 1 / (1 + np.exp(-X @ np.full(5, 0.3)))).astype(np.int64)
-    with pm.Model() as model:
-        b = pm.Normal("b", 0, 1, shape=5)
-        pm.Bernoulli("y", logit_p=X @ b, observed=y)
-    eng = LikelihoodEngine(model)
+    X, y = logistic_data(rng, N_BIG, np.full(5, 0.3))
+    eng = LikelihoodEngine(logistic_model(X, y, prior_sd=1, matmul=True))
     q = eng.initial_q() + rng.normal(0, 0.3, eng.ndim)
     rows = rng.choice(N_BIG, size=BATCH, replace=False).astype(np.int64)
     return eng, q, rows

@@ -7,18 +7,13 @@ slow ``test_scalable_mh_non_centred_hierarchical_is_exact`` in ``test_cv_posteri
 
 from __future__ import annotations
 
-import sys
 import warnings
-from pathlib import Path
 
 import numpy as np
 import pytest
 from scipy import stats
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from helpers import hierarchical_logistic, posterior, run_sample, sample_stats  # noqa: E402
-
-from pymc_subsample.kernels.predictor import (  # noqa: E402
+from pymc_subsample.kernels.predictor import (
     predictor_sums,
     remainder_difference,
     row_loglik,
@@ -26,7 +21,14 @@ from pymc_subsample.kernels.predictor import (  # noqa: E402
     scale_row_loglik,
     scale_sums,
 )
-from pymc_subsample.proposals import SurrogateHMC  # noqa: E402
+from pymc_subsample.proposals import SurrogateHMC
+from pymc_subsample.testing import mcse_mean, posterior, sample_stats
+from tests.conftest import (
+    bernoulli_logit_draws,
+    hierarchical_logistic,
+    hierarchical_normal,
+    run_sample,
+)
 
 FAMILIES = {
     "bernoulli_logit": ({}, lambda eta, y: stats.bernoulli.logpmf(y, 1 / (1 + np.exp(-eta)))),
@@ -159,21 +161,11 @@ def test_scale_remainder_difference_is_the_joint_taylor_remainder(order):
 
 
 def _non_centred_normal(n=3000, groups=6, seed=13, per_group_sigma=False):
-    import pymc as pm
-
     rng = np.random.default_rng(seed)
     g = rng.integers(0, groups, n)
     x = rng.normal(1.0, 1.0, n)
     y = rng.normal(-0.3, 0.7, groups)[g] + 0.5 * x + rng.normal(0.0, 1.2, n)
-    with pm.Model() as model:
-        mu = pm.Normal("mu", 0.0, 2.0)
-        tau = pm.HalfNormal("tau", 1.0)
-        z = pm.Normal("z", 0.0, 1.0, shape=groups)
-        b = pm.Normal("b", 0.0, 2.0)
-        sigma = pm.HalfNormal("sigma", 2.0, shape=groups if per_group_sigma else ())
-        pm.Normal("y", mu + tau * z[g] + b * x, sigma[g] if per_group_sigma else sigma,
-                  observed=y)
-    return model, g
+    return hierarchical_normal(y, g, x, groups, per_group_sigma=per_group_sigma), g
 
 
 @pytest.mark.parametrize("per_group_sigma", [False, True], ids=["sigma", "sigma[g]"])
@@ -189,7 +181,7 @@ def test_scalable_mh_samples_a_non_centred_model_with_unknown_scale(per_group_si
     with model, warnings.catch_warnings():
         warnings.simplefilter("ignore")
         step = pms.ScalableMH()
-    vmap = step._vmap
+    vmap = getattr(step.control, "vmap", None)
     assert vmap is not None and vmap.scale and isinstance(step.proposal, SurrogateHMC)
     assert vmap.size == 1 + 6 + (6 if per_group_sigma else 1)
     # the rows' log scale at theta_hat is the model's log sigma (of the row's group)
@@ -214,7 +206,7 @@ def _non_centred(n=600, groups=6, seed=3):
     g = rng.integers(0, groups, n)
     x = rng.normal(1.0, 1.0, n)
     a = rng.normal(-0.3, 0.7, groups)
-    y = (rng.random(n) < 1 / (1 + np.exp(-(a[g] + 0.5 * x)))).astype(np.int64)
+    y = bernoulli_logit_draws(rng, a[g] + 0.5 * x)
     return hierarchical_logistic(y, g, x, groups), g, x
 
 
@@ -255,7 +247,7 @@ def test_scalable_mh_samples_a_non_centred_model_without_violating_bounds():
     with model, warnings.catch_warnings():
         warnings.simplefilter("ignore")
         step = pms.ScalableMH()
-    assert step._vmap is not None and isinstance(step.proposal, SurrogateHMC)
+    assert getattr(step.control, "vmap", None) is not None and isinstance(step.proposal, SurrogateHMC)
     idata = run_sample(model, step, draws=300, tune=300, chains=1, seed=5)
     st = sample_stats(idata)
     assert 0.5 < float(np.mean(st["accepted"].values)) <= 1.0
@@ -301,8 +293,6 @@ def test_surrogate_hmc_samples_a_gaussian_exactly_and_is_caught_without_its_rati
         return np.array(out)
 
     draws = run(True, 0.5)
-    from helpers import mcse_mean
-
     for j in range(2):
         assert abs(draws[:, j].mean()) < 4 * mcse_mean(draws[:, j][None]) + 1e-3
     np.testing.assert_allclose(np.cov(draws.T), cov, atol=0.12)
@@ -354,7 +344,7 @@ def test_per_row_scale_keeps_the_bounds_in_q():
         b = pm.Normal("b", 0.0, 5.0, shape=2)
         pm.Normal("y", pm.math.dot(X, b), s, observed=y)
         step = pms.ScalableMH()
-    assert step._vmap is None and step.region is not None
+    assert getattr(step.control, "vmap", None) is None and step.region is not None
     idata = run_sample(model, step, draws=200, tune=200, chains=1, seed=10)
     assert float(np.mean(sample_stats(idata)["data_used"].values)) < 0.05 * n
 
@@ -403,6 +393,11 @@ def test_mode_search_in_predictor_coordinates_matches_the_engine(family):
         eng = LikelihoodEngine()
     vmap, lik = affine_likelihood(eng, detect_glm(model), eng.initial_q())
     assert isinstance(lik, PredictorLikelihood)
+    # the one batch-likelihood interface both back-ends implement
+    from pymc_subsample.center import BatchLikelihood
+
+    assert isinstance(eng, BatchLikelihood) and isinstance(lik, BatchLikelihood)
+    assert not isinstance(vmap, BatchLikelihood)  # works in v, not q: not a back-end
     ours, ref = find_center(lik), find_center(eng)
     assert ours.converged and ref.converged
     # both stop within the Newton tolerance of the mode (different paths): 1% of an sd
@@ -417,7 +412,8 @@ def test_mode_search_in_predictor_coordinates_matches_the_engine(family):
     with model, warnings.catch_warnings():
         warnings.simplefilter("ignore")
         step = pms.ScalableMH()
-    assert step._vmap is not None and step._vmap.scale == (family == "normal_scale")
+    vmap = getattr(step.control, "vmap", None)
+    assert vmap is not None and vmap.scale == (family == "normal_scale")
     compiled = {k if isinstance(k, str) else k[0] for k in step.engine._compiled}
     assert not compiled & {"sum_hess", "ll_sum_grad"}, compiled
     assert np.all(np.abs(step.theta_hat - ref.theta) < 0.01 * sd)
@@ -438,7 +434,7 @@ def test_full_data_fallback_needs_no_compile_in_the_draws(family):
     with model, warnings.catch_warnings():
         warnings.simplefilter("ignore")
         step = pms.ScalableMH()
-    assert step._vmap is not None
+    assert getattr(step.control, "vmap", None) is not None
     compiled = {k if isinstance(k, str) else k[0] for k in step.engine._compiled}
     assert "ll_diff" not in compiled, compiled
     q = step.theta_hat
@@ -470,6 +466,22 @@ def test_full_data_fallback_compiled_at_construction_with_bounds_in_q():
     with model, warnings.catch_warnings():
         warnings.simplefilter("ignore")
         step = pms.ScalableMH(bound_form="cornish")
-    assert step._vmap is None
+    assert getattr(step.control, "vmap", None) is None
     compiled = {k if isinstance(k, str) else k[0] for k in step.engine._compiled}
     assert "ll_diff" in compiled, compiled
+
+
+def test_proposal_kwargs_reach_the_default_surrogate_hmc():
+    """The set-up decides the default proposal (SurrogateHMC on a curved predictor) before
+    it is built, so ``proposal_kwargs`` reach it instead of being dropped; kwargs that do
+    not fit the default are refused with a message that names it."""
+    import pymc_subsample as pms
+
+    model, _, _ = _non_centred()
+    with model, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        step = pms.ScalableMH(proposal_kwargs={"path_length": 2.5, "max_steps": 7})
+        assert isinstance(step.proposal, SurrogateHMC)
+        assert step.proposal.max_steps == 7
+        with pytest.raises(TypeError, match="default proposal 'surrogate_hmc'"):
+            pms.AustereMH(proposal_kwargs={"rho": 0.5})

@@ -8,7 +8,6 @@ allowance for the model's approximations (t vs z statistic, Gaussian walk).
 from __future__ import annotations
 
 import math
-import pathlib
 import subprocess
 import sys
 
@@ -19,27 +18,8 @@ from scipy import special
 from pymc_subsample.kernels.austere_dp import sequential_test_dp
 from pymc_subsample.kernels.austere import AustereResult, austere_test
 from pymc_subsample.kernels.rows import RowSampler
-
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-
-
-class PermutationSampler:
-    """Exact sampling without replacement: prefixes of one uniform random permutation.
-
-    Same distribution of row sets as RowSampler, cheaper for many repetitions on a small
-    population; used to get enough repetitions within the time budget.
-    """
-
-    def __init__(self, n_total, rng):
-        self.n_total = n_total
-        self.n_drawn = 0
-        self._perm = rng.permutation(n_total)
-
-    def draw(self, m):
-        m = min(int(m), self.n_total - self.n_drawn)
-        rows = self._perm[self.n_drawn : self.n_drawn + m]
-        self.n_drawn += m
-        return rows
+from tests.conftest import REPO as ROOT
+from tests.conftest import PermutationSampler
 
 
 def gaussian_mean_population(n, seed, step=0.01):

@@ -17,21 +17,7 @@ from pymc_subsample.kernels.austere_design import AusterityDesign, design_auster
 from pymc_subsample.kernels.austere_dp import sequential_test_dp, sequential_test_error
 from pymc_subsample.kernels.austere_error import standardized_mean
 from pymc_subsample.kernels.austere import austere_test
-
-
-class PermutationSampler:
-    """Exact sampling without replacement (prefixes of a uniform random permutation)."""
-
-    def __init__(self, n_total, rng):
-        self.n_total = n_total
-        self.n_drawn = 0
-        self._perm = rng.permutation(n_total)
-
-    def draw(self, m):
-        m = min(int(m), self.n_total - self.n_drawn)
-        rows = self._perm[self.n_drawn : self.n_drawn + m]
-        self.n_drawn += m
-        return rows
+from tests.conftest import PermutationSampler
 
 
 def simulate(n, m, epsilon, mu_std, reps, seed, sigma=0.01):

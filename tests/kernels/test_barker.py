@@ -11,7 +11,6 @@ import math
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -27,8 +26,8 @@ from pymc_subsample.kernels.barker_correction import (
     default_correction,
 )
 from pymc_subsample.kernels.rows import RowSampler
+from tests.conftest import REPO as ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 PAPER_CDF_ERROR = 8.9e-4  # Seita et al. 2017, Table 3, N=4000, sigma=1, lambda=10
 # What the shipped minimax table achieves (5.02e-6), with a 10% margin.
 SHIPPED_CDF_ERROR_MAX = 5.6e-6

@@ -25,7 +25,8 @@ import pymc as pm
 import pytest
 
 import pymc_subsample as pms
-from helpers import mcse_mean, posterior, run_sample, sample_stats, sampler_warnings
+from pymc_subsample.testing import mcse_mean, posterior, sample_stats
+from tests.conftest import make_logistic_model, run_sample, sampler_warnings
 
 SEED = 20250725
 #: the words every normal-approximation warning of the two steps carries
@@ -34,14 +35,6 @@ STEPS = {"AustereMH": pms.AustereMH, "BarkerMinibatch": pms.BarkerMinibatch}
 
 
 # ====================================================================== models
-
-
-def _logistic(n, seed=0):
-    X, y, _ = pms.datasets.make_logistic(n, 10, seed=seed)
-    with pm.Model() as model:
-        b = pm.Normal("b", 0.0, 2.0, shape=10)
-        pm.Bernoulli("y", logit_p=pm.math.dot(X, b), observed=y)
-    return model
 
 
 def _design(n, d, seed):
@@ -87,8 +80,8 @@ def _normal(n=10_000, seed=3, outliers=0.0):
 
 
 MODELS = {
-    "logistic_1e4": lambda: _logistic(10_000),
-    "logistic_1e5": lambda: _logistic(100_000),
+    "logistic_1e4": lambda: make_logistic_model(10_000, 10, prior_sd=2.0),
+    "logistic_1e5": lambda: make_logistic_model(100_000, 10, prior_sd=2.0),
     "poisson_log": _poisson,
     "gamma_log": _gamma,
     "normal": _normal,
@@ -301,7 +294,7 @@ def test_one_bad_window_does_not_turn_the_control_variates_off(monkeypatch):
     stay on (today's rule turned them off for the rest of the chain)."""
     from pymc_subsample.kernels.control_variates import VarianceCheck
 
-    model = _logistic(2000)
+    model = make_logistic_model(2000, 10, prior_sd=2.0)
     calls = {"n": 0}
     real = VarianceCheck.verdict
 

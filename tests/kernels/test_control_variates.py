@@ -13,7 +13,6 @@ import pytest
 
 import pymc_subsample as pms
 from pymc_subsample.center import find_center
-from pymc_subsample.datasets import make_logistic
 from pymc_subsample.diagnostics import audit_summary
 from pymc_subsample.engine import LikelihoodEngine
 from pymc_subsample.kernels.control_variates import (
@@ -23,13 +22,12 @@ from pymc_subsample.kernels.control_variates import (
     importance_weights,
     residuals,
 )
-
-from helpers import (
+from pymc_subsample.testing import mcse_mean, posterior, sample_stats
+from tests.conftest import (
+    REPO,
     hierarchical_logistic,
-    mcse_mean,
-    posterior,
+    make_logistic_model,
     run_sample,
-    sample_stats,
     sampler_warnings,
 )
 
@@ -120,13 +118,7 @@ def test_kernel_imports_no_pymc():
         "bad = [m for m in sys.modules if m.split('.')[0] in ('pymc', 'pytensor')]\n"
         "assert not bad, bad\n"
     )
-    subprocess.run([sys.executable, "-c", code], check=True, cwd=_repo_root())
-
-
-def _repo_root():
-    import pathlib
-
-    return str(pathlib.Path(__file__).resolve().parents[1])
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO)
 
 
 # ---------------------------------------------------------------------- engine and centre
@@ -167,10 +159,7 @@ def test_engine_taylor_terms_match_per_row_derivatives(grouped, order):
 
 
 def test_newton_centre_is_the_mode_in_few_passes():
-    X, y, _ = make_logistic(20_000, 5)
-    with pm.Model() as model:
-        b = pm.Normal("b", 0, 1, shape=5)
-        pm.Bernoulli("y", logit_p=X @ b, observed=y)
+    model = make_logistic_model(20_000, 5, prior_sd=1, matmul=True)
     eng = LikelihoodEngine(model)
     c = find_center(eng)
     assert c.method == "newton" and c.converged
@@ -269,11 +258,7 @@ def test_seita_worst_case_decides_on_the_first_batch(worst_case, cls):
 
 @pytest.fixture(scope="module")
 def logit_small():
-    X, y, _ = make_logistic(5000, 3)
-    with pm.Model() as model:
-        b = pm.Normal("b", 0, 1, shape=3)
-        pm.Bernoulli("y", logit_p=X @ b, observed=y)
-    return model
+    return make_logistic_model(5000, 3, prior_sd=1, matmul=True)
 
 
 @pytest.mark.parametrize("cls", ["AustereMH", "BarkerMinibatch"])
@@ -336,7 +321,7 @@ def test_explicit_control_variates_refused_beside_another_step():
             pms.BarkerMinibatch([mu], control_variate=2)
         with pytest.warns(UserWarning, match="control variates are off"):
             step = pms.AustereMH([mu])
-        assert step.cv_order == 0 and step.proxy is None
+        assert step.cv == 0 and step.center is None and step.control.setting == 0
 
 
 def test_falls_back_to_plain_differences_when_the_proxy_does_not_help(logit_small, monkeypatch):
@@ -359,7 +344,7 @@ def test_recenter_and_seeds_cores_1_and_2(logit_small):
             for c in (1, 2)]
     a, b = (posterior(r)["b"].values for r in runs)
     np.testing.assert_array_equal(a, b)
-    assert step._center0 is not None
+    assert step.center is not None and step.control.taylor_order == 2
 
 
 def test_austere_reports_the_whole_test_error_and_designs(logit_small):

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import ast
 import math
-import pathlib
 import subprocess
 import sys
 import zlib
@@ -33,9 +32,10 @@ from pymc_subsample.kernels.thinning import (
     poisson_estimator_test,
     poisson_thinning_test,
 )
+from tests.conftest import REPO
 
 Z_TOL = 4.5
-KERNELS = pathlib.Path(__file__).resolve().parents[1] / "pymc_subsample" / "kernels"
+KERNELS = REPO / "pymc_subsample" / "kernels"
 
 
 # ---------------------------------------------------------------------------------------

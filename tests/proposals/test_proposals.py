@@ -14,15 +14,12 @@ import math
 import pickle
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 from scipy import stats
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from helpers import ess  # noqa: E402
-from pymc_subsample.proposals import (  # noqa: E402
+from pymc_subsample.proposals import (
     PCN,
     PROPOSAL_NAMES,
     Langevin,
@@ -34,8 +31,10 @@ from pymc_subsample.proposals import (  # noqa: E402
     as_proposal,
     make_proposal,
 )
+from pymc_subsample.testing import ess
+from tests.conftest import REPO
 
-PACKAGE_PATH = Path(__file__).resolve().parents[1] / "pymc_subsample" / "proposals"
+PACKAGE_PATH = REPO / "pymc_subsample" / "proposals"
 
 Z = 4.5  # allowed deviation in Monte Carlo standard errors
 

@@ -18,7 +18,7 @@ Korattikara, Chen & Welling (2014), "Austerity in MCMC Land", Algorithm 1. What 
   data); the Langevin proposal and user proposals.
 
 Statistical checks use fixed seeds. Monte Carlo standard errors come from the effective
-sample size of :func:`helpers.ess` (ArviZ's ``ess(method="mean")``, the same under
+sample size of :func:`pymc_subsample.testing.ess` (ArviZ's ``ess(method="mean")``, the same under
 ArviZ 0.23 and 1.x). ``Z_TOL = 4.5`` standard errors is about a 1e-5 two-sided
 chance per check for a correct sampler at a random seed. Where AustereMH is biased by
 design (``epsilon > 0``), the allowance for the bias is stated next to the check and was
@@ -30,10 +30,7 @@ the test is not about the default, which skips the Hessian compilation of
 
 from __future__ import annotations
 
-import json
 import math
-import zipfile
-from pathlib import Path
 
 import numpy as np
 import pymc as pm
@@ -43,11 +40,17 @@ from pymc.blocking import DictToArrayBijection, RaveledVars
 import pymc_subsample.steps.austere as austere_module
 from pymc_subsample.steps.austere import AustereMH
 
-from helpers import mcse_mean, mcse_sd, posterior, run_sample, sample_stats, sampler_warnings
+from pymc_subsample.testing import mcse_mean, mcse_sd, posterior, sample_stats
+from tests.conftest import (
+    linear_regression,
+    logistic_data,
+    normal_mean_model,
+    run_sample,
+    sampler_warnings,
+)
 
 Z_TOL = 4.5
 SEED = 20140621
-POSTERIORDB = Path("/work/shared/posteriordb")
 CLT_MESSAGE = "normal approximation looks unsafe"
 # The CLT check flags Normal likelihoods at small batches away from the posterior (the l_i
 # are quadratic in the residuals: skewness ~2.8 with unknown sigma); expected where used.
@@ -68,24 +71,24 @@ def _draws(idata, name):
     return v.reshape(v.shape[0], v.shape[1], -1)
 
 
-def _assert_mean(x, true_mean, *, ref_se=0.0, allow=0.0, label=""):
-    """``|mean(x) - true_mean| < Z_TOL * se + allow`` (se: MCSE combined with ``ref_se``)."""
-    se = math.hypot(mcse_mean(x), ref_se)
-    err = float(x.mean()) - true_mean
+def _assert_stat(stat, x, true, *, ref_se=0.0, allow=0.0, label=""):
+    """``|stat(x) - true| < Z_TOL * se + allow`` for ``stat`` ``"mean"`` or ``"sd"`` (se:
+    the statistic's MCSE combined with ``ref_se``)."""
+    value, mcse = (x.mean(), mcse_mean(x)) if stat == "mean" else (x.std(), mcse_sd(x))
+    se = math.hypot(mcse, ref_se)
+    err = float(value) - true
     assert abs(err) < Z_TOL * se + allow, (
-        f"{label}: mean {x.mean():.6g} vs {true_mean:.6g} (error {err:.3g}, "
+        f"{label}: {stat} {value:.6g} vs {true:.6g} (error {err:.3g}, "
         f"{err / se:.2f} MCSE of {se:.3g}, allowed bias {allow:.3g})"
     )
 
 
-def _assert_sd(x, true_sd, *, ref_se=0.0, allow=0.0, label=""):
-    """``|sd(x) - true_sd| < Z_TOL * se + allow`` (se: MCSE of the sd, with ``ref_se``)."""
-    se = math.hypot(mcse_sd(x), ref_se)
-    err = float(x.std()) - true_sd
-    assert abs(err) < Z_TOL * se + allow, (
-        f"{label}: sd {x.std():.6g} vs {true_sd:.6g} (error {err:.3g}, "
-        f"{err / se:.2f} MCSE of {se:.3g}, allowed bias {allow:.3g})"
-    )
+def _assert_mean(x, true_mean, **kw):
+    _assert_stat("mean", x, true_mean, **kw)
+
+
+def _assert_sd(x, true_sd, **kw):
+    _assert_stat("sd", x, true_sd, **kw)
 
 
 # ====================================================================== models
@@ -103,9 +106,7 @@ class NormalMean:
         prec = 1.0 / self.prior_sd**2 + n
         self.mean = float(self.y.sum() / prec)
         self.sd = float(prec**-0.5)
-        with pm.Model() as self.model:
-            mu = pm.Normal("mu", 0.0, self.prior_sd)
-            pm.Normal("y", mu, 1.0, observed=self.y)
+        self.model = normal_mean_model(self.y, prior_sd=self.prior_sd, sigma=1.0)
 
     def step(self, **kw):
         kw.setdefault("scaling", 2.38 * self.sd)
@@ -119,17 +120,12 @@ class NormalRegression:
     ``Normal(P^-1 X'y, P^-1)``, ``P = X'X + I / 100``."""
 
     def __init__(self, n=2000, seed=2):
-        rng = np.random.default_rng(seed)
         self.n = n
-        self.X = rng.normal(size=(n, 2))
-        self.y = self.X @ np.array([0.5, -0.3]) + rng.normal(size=n)
+        self.model, self.X, self.y = linear_regression(np.random.default_rng(seed), n, [0.5, -0.3])
         P = self.X.T @ self.X + np.eye(2) / 100.0
         self.cov = np.linalg.inv(P)
         self.mean = self.cov @ self.X.T @ self.y
         self.sd = np.sqrt(np.diag(self.cov))
-        with pm.Model() as self.model:
-            b = pm.Normal("b", 0.0, 10.0, shape=2)
-            pm.Normal("y", pm.math.dot(self.X, b), 1.0, observed=self.y)
 
     def check(self, idata, *, allow=0.0, label=""):
         x = _draws(idata, "b")
@@ -388,10 +384,8 @@ def rare_events():
     are very skewed (the few rows with y = 1 dominate). The chain starts near the posterior
     (``initval``), because the step checks the CLT on the first batch of a chain, and at
     ``a = 0`` (p = 1/2 on every row) the ``l_i`` are not skewed."""
-    rng = np.random.default_rng(5)
     n = 20_000
-    X = rng.normal(size=(n, 2))
-    y = (rng.random(n) < 1.0 / (1.0 + np.exp(-(-4.7 + X @ np.array([0.5, -0.5]))))).astype(np.int64)
+    X, y = logistic_data(np.random.default_rng(5), n, [0.5, -0.5], intercept=-4.7)
     assert 0.005 < y.mean() < 0.02
     with pm.Model() as model:
         a = pm.Normal("a", 0.0, 5.0, initval=-4.7)
@@ -619,24 +613,12 @@ def test_big_normal_bias_grows_with_epsilon(big_normal_runs):
 # ====================================================================== slow: posteriordb
 
 
-def _posteriordb(name):
-    folder = POSTERIORDB / name
-    with zipfile.ZipFile(folder / "data.json.zip") as z:
-        data = json.loads(z.read(z.namelist()[0]))
-    with zipfile.ZipFile(folder / "reference_draws.json.zip") as z:
-        ref = json.loads(z.read(z.namelist()[0]))
-    draws = {k: np.array([chain[k] for chain in ref], dtype=float) for k in ref[0]}
-    return data, draws
-
-
 @pytest.fixture(scope="module")
-def earnings():
+def earnings(earnings_reference):
     """posteriordb ``earnings-logearn_height``: ``log(earn) ~ Normal(b1 + b2 height, sigma)``,
     flat priors on beta and on sigma > 0 (N = 1192). The chain starts at least squares
     (a user would), and the random walk learns the (strongly correlated) covariance."""
-    if not (POSTERIORDB / "earnings-logearn_height").exists():
-        pytest.skip("posteriordb reference not available")
-    data, ref = _posteriordb("earnings-logearn_height")
+    data, ref = earnings_reference
     height = np.asarray(data["height"], dtype=float)
     log_earn = np.log(np.asarray(data["earn"], dtype=float))
     X = np.column_stack([np.ones_like(height), height])
@@ -665,7 +647,7 @@ def test_earnings_matches_posteriordb_reference(earnings, eps, allow):
                          proposal_kwargs={"adapt_covariance": True})
     idata = _sample(model, step, draws=2000, tune=1000, chains=2)
     beta = _draws(idata, "beta")
-    ours = {"beta[1]": beta[..., 0], "beta[2]": beta[..., 1], "sigma": _draws(idata, "sigma")[..., 0]}
+    ours = {"beta[0]": beta[..., 0], "beta[1]": beta[..., 1], "sigma": _draws(idata, "sigma")[..., 0]}
     for name, x in ours.items():
         r = ref[name]
         r_sd = float(r.std())

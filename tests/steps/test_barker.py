@@ -14,18 +14,14 @@ What is checked, on PyMC 5 (``arviz.InferenceData``) and PyMC 6 (xarray ``DataTr
 * argument errors.
 
 Statistical checks use fixed seeds. Tolerances are ``Z_TOL`` Monte Carlo standard errors
-(``helpers.mcse_mean`` / ``mcse_sd``: ArviZ's ESS for the mean, the same under ArviZ 0.23
+(``pymc_subsample.testing.mcse_mean`` / ``mcse_sd``: ArviZ's ESS for the mean, the same under ArviZ 0.23
 and 1.x), plus the reference's own standard error where there is one. Models are module
 fixtures (PyTensor compilation dominates short runs).
 """
 
 from __future__ import annotations
 
-import json
 import math
-import os
-import zipfile
-from pathlib import Path
 
 import numpy as np
 import pymc as pm
@@ -34,14 +30,15 @@ import pytest
 import pymc_subsample as pms
 from pymc_subsample.kernels.barker_correction import default_correction
 
-from helpers import ess, mcse_mean, mcse_sd, posterior, run_sample, sample_stats
+from pymc_subsample.testing import ess, mcse_mean, mcse_sd, posterior, sample_stats
+from tests.conftest import (
+    benchmark_models,
+    normal_mean_model,
+    run_sample,
+)
 
 Z_TOL = 4.5
 SEED = 20170811
-# the shared reference posteriors (as in benchmarks/models.py: PMS_POSTERIORDB overrides)
-POSTERIORDB = Path(
-    os.environ.get("PMS_POSTERIORDB", Path(__file__).resolve().parents[2] / "shared" / "posteriordb")
-)
 
 STAT_DTYPES = {
     "accepted": np.float64,
@@ -102,10 +99,7 @@ def _normal_data(n, seed):
 
 
 def _normal_mean_model(x, mu0, tau0):
-    with pm.Model() as model:
-        mu = pm.Normal("mu", mu0, tau0)
-        pm.Normal("y", mu, SIGMA, observed=x)
-    return model
+    return normal_mean_model(x, prior_mean=mu0, prior_sd=tau0, sigma=SIGMA)
 
 
 def _exact_posterior(x, mu0, tau0, temperature):
@@ -440,42 +434,29 @@ def test_paper_worst_case_data_use():
         _assert_normal_marginal(_values(idata, "theta"), x.mean(), sd, f"worst case {label}")
 
 
-def _posteriordb(name):
-    folder = POSTERIORDB / name
-    with zipfile.ZipFile(folder / "data.json.zip") as z:
-        data = json.loads(z.read(z.namelist()[0]))
-    with zipfile.ZipFile(folder / "reference_draws.json.zip") as z:
-        chains = json.loads(z.read(z.namelist()[0]))
-    ref = {k: np.array([c[k] for c in chains], dtype=float) for k in chains[0]}
-    return data, ref
-
-
 @pytest.mark.slow
-@pytest.mark.skipif(not POSTERIORDB.exists(), reason="posteriordb references not available")
-def test_posteriordb_earnings_normal_regression():
+def test_posteriordb_earnings_normal_regression(earnings_reference):
     """``earnings-logearn_height``: log(earn_i) ~ N(beta1 + beta2 height_i, sigma), beta flat,
     sigma flat on (0, inf), N = 1192 (posteriordb README). The posterior correlation of
     beta1 and beta2 is -1.0, so the random walk adapts its covariance while tuning
     (``RandomWalk(adapt_covariance=True)``) and starts from least squares. At K = 1 most
     decisions read all rows (see the worst-case test): this checks the step against
     ground truth nobody on this project wrote."""
-    data, ref = _posteriordb("earnings-logearn_height")
+    data, ref = earnings_reference
     y = np.log(np.asarray(data["earn"], dtype=float))
     h = np.asarray(data["height"], dtype=float)
     X = np.column_stack([np.ones_like(h), h])
     b_ls = np.linalg.lstsq(X, y, rcond=None)[0]
     s_ls = float(np.std(y - X @ b_ls))
-    with pm.Model() as model:
-        beta = pm.Flat("beta", shape=2)
-        sigma = pm.HalfFlat("sigma")
-        pm.Normal("log_earn", beta[0] + beta[1] * h, sigma, observed=y)
+    model = benchmark_models().posteriordb_model("earnings-logearn_height", data)
+    with model:
         step = pms.BarkerMinibatch(
             batch_size=300, proposal=pms.proposals.RandomWalk(adapt_covariance=True)
         )
     idata = _sample(model, step, draws=4000, tune=2500, chains=2, seed=SEED + 50,
                     initvals={"beta": b_ls, "sigma": s_ls})
     beta_d, sigma_d = _values(idata, "beta"), _values(idata, "sigma")
-    draws = {"beta[1]": beta_d[..., 0], "beta[2]": beta_d[..., 1], "sigma": sigma_d}
+    draws = {"beta[0]": beta_d[..., 0], "beta[1]": beta_d[..., 1], "sigma": sigma_d}
     for name, d in draws.items():
         r = ref[name]  # (10 chains, 1000 draws)
         _assert_normal_marginal(

@@ -23,6 +23,8 @@ Module fixtures share the models and step objects (PyTensor compilation dominate
 
 from __future__ import annotations
 
+import dataclasses
+
 import math
 
 import numpy as np
@@ -35,9 +37,11 @@ import pymc_subsample as pms
 from pymc_subsample.kernels.phi import path_phi, taylor_phi, whitened_phi
 from pymc_subsample.kernels.thinning import BoundViolationError
 
-from helpers import posterior, run_sample, sample_stats
+from pymc_subsample.testing import batch_means_ess, batch_means_se, posterior, sample_stats
+from tests.conftest import bernoulli_logit_draws, logistic_data, logistic_model, run_sample
 
 Z_TOL = 4.5
+N_BATCHES = 10  # batch means within chains (the Monte Carlo standard errors of this module)
 N_LOGIT = 10_000
 SEED = 20190601
 
@@ -79,19 +83,27 @@ def _draws(idata, names):
     return np.concatenate(parts, axis=-1)
 
 
-def _mcse(x, n_batches=10):
+def _mcse(x):
     """Standard error of the mean of ``x`` (chains, draws) by batch means within chains."""
-    x = np.asarray(x, dtype=float)
-    b = x.shape[1] // n_batches
-    means = x[:, : b * n_batches].reshape(x.shape[0], n_batches, b).mean(axis=2).ravel()
-    return float(means.std(ddof=1) / math.sqrt(means.size))
+    return batch_means_se(x, N_BATCHES)
 
 
-def _ess(x, n_batches=10):
+def _ess(x):
     """Effective sample size of the mean of ``x`` (chains, draws) from batch means."""
-    x = np.asarray(x, dtype=float)
-    se = _mcse(x, n_batches)
-    return float(x.var() / se**2) if se > 0 else float(x.size)
+    return batch_means_ess(x, N_BATCHES)
+
+
+def _draws_reference(draws):
+    """A reference for :func:`assert_matches` from MCMC draws ``(chains, n, d)``: the mean
+    and centred second moment of every coordinate, with their batch-means errors."""
+    mean = draws.mean(axis=(0, 1))
+    d = draws.shape[-1]
+    return {
+        "mean": mean,
+        "var": ((draws - mean) ** 2).mean(axis=(0, 1)),
+        "mean_se": np.array([_mcse(draws[..., j]) for j in range(d)]),
+        "var_se": np.array([_mcse((draws[..., j] - mean[j]) ** 2) for j in range(d)]),
+    }
 
 
 def assert_matches(draws, ref, *, label=""):
@@ -162,11 +174,8 @@ class LogitProblem:
     """Logistic regression with an intercept, ``eta = a + X @ b``, and its references."""
 
     def __init__(self, n=N_LOGIT, seed=1):
-        rng = np.random.default_rng(seed)
         self.n = n
-        self.X = rng.standard_normal((n, 2))
-        eta = 0.3 + self.X @ np.array([0.8, -0.5])
-        self.y = (rng.random(n) < 1.0 / (1.0 + np.exp(-eta))).astype(np.int64)
+        self.X, self.y = logistic_data(np.random.default_rng(seed), n, [0.8, -0.5], intercept=0.3)
         self.prior_sd = 5.0
         self.model = self.build()
         self._steps = {}
@@ -864,14 +873,7 @@ def nuts_reference(logit):
             progressbar=False, compute_convergence_checks=False,
         )
     draws = _logit_draws(idata)
-    mean = draws.mean(axis=(0, 1))
-    ref = {
-        "mean": mean,
-        "var": ((draws - mean) ** 2).mean(axis=(0, 1)),
-        "mean_se": np.array([_mcse(draws[..., j]) for j in range(3)]),
-        "var_se": np.array([_mcse((draws[..., j] - mean[j]) ** 2) for j in range(3)]),
-    }
-    return ref, draws
+    return _draws_reference(draws), draws
 
 
 def _thin(draws, j):
@@ -916,10 +918,7 @@ def test_compound_hierarchical_prior_matches_nuts():
     """NUTS moves the prior mean of the coefficients; ScalableMH reads it through the prior
     (not the likelihood). A small N and a tight prior so that the prior matters. (No scale
     parameter: a funnel would stall any Gibbs split, NUTS-within-Gibbs as well.)"""
-    rng = np.random.default_rng(12)
-    n = 400
-    X = rng.standard_normal((n, 3))
-    y = (rng.random(n) < 1 / (1 + np.exp(-(X @ np.array([0.6, -0.2, 0.1]))))).astype(np.int64)
+    X, y = logistic_data(np.random.default_rng(12), 400, [0.6, -0.2, 0.1])
     with pm.Model() as model:
         mu = pm.Normal("mu", 0.0, 1.0)
         b = pm.Normal("b", mu, 0.2, shape=3)
@@ -932,14 +931,7 @@ def test_compound_hierarchical_prior_matches_nuts():
     idata = _sample(model, [smh, pm.NUTS([model["mu"]], model=model)], draws=5000, tune=1000,
                     seed=SEED + 131)
     names = ["b", "mu"]
-    ref_draws = _draws(ref, names)
-    mean = ref_draws.mean(axis=(0, 1))
-    refd = {
-        "mean": mean,
-        "var": ((ref_draws - mean) ** 2).mean(axis=(0, 1)),
-        "mean_se": np.array([_mcse(ref_draws[..., j]) for j in range(4)]),
-        "var_se": np.array([_mcse((ref_draws[..., j] - mean[j]) ** 2) for j in range(4)]),
-    }
+    refd = _draws_reference(_draws(ref, names))
     draws = _draws(idata, names)
     assert_matches(draws, refd, label="hierarchical compound")
     # the prior matters here: the posterior mean of b is pulled towards mu
@@ -956,13 +948,8 @@ class SkewedProblem:
     quadrature on a 400 x 400 grid."""
 
     def __init__(self):
-        rng = np.random.default_rng(30)
-        self.x = rng.standard_normal(30)
-        self.y = (rng.random(30) < 1 / (1 + np.exp(-(1.5 + 2.0 * self.x)))).astype(np.int64)
-        with pm.Model() as self.model:
-            a = pm.Normal("a", 0.0, 3.0)
-            b = pm.Normal("b", 0.0, 3.0)
-            pm.Bernoulli("y", logit_p=a + b * self.x, observed=self.y)
+        self.x, self.y = logistic_data(np.random.default_rng(30), 30, 2.0, intercept=1.5)
+        self.model = logistic_model(self.x, self.y, prior_sd=3.0, intercept_sd=3.0)
 
     def log_post(self, A, B):
         eta = A[..., None] + B[..., None] * self.x
@@ -1050,8 +1037,8 @@ def test_skewed_check_catches_a_sampler_that_accepts_everything(skewed):
 
     class AcceptAll(pms.ScalableMH):
         def _decide(self, q, q_prop, log_prior_ratio, log_qratio):
-            _, stats = super()._decide(q, q_prop, log_prior_ratio, log_qratio)
-            return True, stats
+            d = super()._decide(q, q_prop, log_prior_ratio, log_qratio)
+            return dataclasses.replace(d, accepted=True)
 
     with skewed.model:
         step = AcceptAll(order=2)
@@ -1074,7 +1061,7 @@ def test_hyperparameters_on_pymc_metropolis_beside_scalable_mh():
     g = rng.integers(0, groups, n)
     x = rng.normal(size=n)
     a_true = rng.normal(0.5, 0.8, groups)
-    y = (rng.random(n) < 1 / (1 + np.exp(-(a_true[g] + 0.7 * x)))).astype(np.int64)
+    y = bernoulli_logit_draws(rng, a_true[g] + 0.7 * x)
     with pm.Model() as model:
         mu = pm.Normal("mu", 0.0, 1.0)
         tau = pm.HalfNormal("tau", 1.0)

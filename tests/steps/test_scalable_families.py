@@ -11,8 +11,8 @@ What is checked, for each family:
   errors (order 2; order 1 for the Normal family, the others in the slow suite);
 * few rows per step.
 
-The path bound itself is tested in ``tests/test_kernels_thinning.py`` and the partials'
-suprema against PyTensor's autodiff in ``tests/test_kernels_region.py``.
+The path bound itself is tested in ``tests/kernels/test_thinning.py`` and the partials'
+suprema against PyTensor's autodiff in ``tests/kernels/test_region.py``.
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ import pytest
 from scipy import stats
 
 import pymc_subsample as pms
-from helpers import posterior, sample_stats
-from test_scalable_step import (
+from pymc_subsample.testing import posterior, sample_stats
+from tests.steps.test_scalable import (
     SEED,
     _check_step_bounds,
     _is_reference,

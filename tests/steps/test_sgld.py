@@ -19,14 +19,14 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import pymc as pm
 import pytest
 
 import pymc_subsample as pms
 from pymc_subsample.kernels import gradient_estimators as ge
 from pymc_subsample.kernels import sgld as sgld_kernel
 
-from helpers import ess, mcse_mean, mcse_sd, posterior, run_sample, sample_stats, sampler_warnings
+from pymc_subsample.testing import ess, mcse_mean, mcse_sd, posterior, sample_stats
+from tests.conftest import linear_regression, run_sample, sampler_warnings
 
 SEED = 20261125
 
@@ -180,16 +180,11 @@ def test_step_size_schedules():
 def conj():
     """Linear regression with known noise sd 1 and a N(0, 10^2) prior: exact Gaussian
     posterior (mean, covariance)."""
-    rng = np.random.default_rng(11)
     n, d = 4000, 3
-    X = rng.normal(size=(n, d))
-    y = X @ np.array([0.5, -1.0, 0.25]) + rng.normal(size=n)
+    model, X, y = linear_regression(np.random.default_rng(11), n, [0.5, -1.0, 0.25])
     prec = X.T @ X + np.eye(d) / 100.0
     cov = np.linalg.inv(prec)
     mean = cov @ (X.T @ y)
-    with pm.Model() as model:
-        b = pm.Normal("b", 0.0, 10.0, shape=d)
-        pm.Normal("y", pm.math.dot(X, b), 1.0, observed=y)
     return model, mean, np.sqrt(np.diag(cov)), n
 
 

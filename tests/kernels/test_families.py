@@ -1,0 +1,218 @@
+"""Adding a GLM family (docs/architecture.md, "Adding a GLM family").
+
+A family registered in a few lines (:class:`ExponentialLog` below: an Exponential
+likelihood with mean ``exp(eta)``, which ScalableMH does not know out of the box) is
+recognised in a PyMC model, listed in the supported-families text, and sampled exactly
+by ``pms.ScalableMH()``: the draws of ``(a, b)`` match the posterior computed by
+quadrature within ``Z_TOL`` Monte Carlo standard errors. The same family with bounds
+100 times too small is caught (``BoundViolationError``). Plus the registry's errors.
+"""
+
+from __future__ import annotations
+
+import sys
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pymc as pm
+import pytest
+from scipy import optimize
+
+import pymc_subsample as pms
+from pymc_subsample.engine import glm
+from pymc_subsample.kernels import families
+from pymc_subsample.kernels.families import GLMFamily, register, unregister
+from pymc_subsample.kernels.thinning import BoundViolationError
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from helpers import mcse_mean, mcse_sd  # noqa: E402
+
+Z_TOL = 4.5
+N_ROWS = 1000
+
+
+class ExponentialLog(GLMFamily):
+    """``y ~ Exponential(mean = exp(eta))``: ``-log p = eta + y e^-eta``, so
+    ``f'' = y e^-eta`` and ``f''' = -y e^-eta``, unbounded (no global bound) and
+    decreasing in ``eta``: over ``[lo, hi]`` both peak at ``lo``."""
+
+    name = "exponential_log"
+    label = "Exponential"
+    description = "pm.Exponential(scale=pm.math.exp(eta))"
+    distribution, dist_params = "ExponentialRV", ("scale",)
+    link, link_param = "log", "scale"
+    needs_y = True  # local_sup reads the responses
+
+    def local_sup(self, m, lo, hi, *, y=None, **params):
+        return y * np.exp(-lo)
+
+    def row_loglik(self, eta, y, params, derivatives=2):
+        w = y * np.exp(-eta)
+        return (-eta - w, w - 1.0, -w)
+
+
+class TooSmall(ExponentialLog):
+    """A wrong family: its suprema are 100 times too small."""
+
+    def local_sup(self, m, lo, hi, *, y=None, **params):
+        return 0.01 * super().local_sup(m, lo, hi, y=y)
+
+
+class NoRowTerms(ExponentialLog):
+    """The family without NumPy row terms: bounds and control variates stay in ``q``."""
+
+    row_loglik = GLMFamily.row_loglik
+
+
+@pytest.fixture
+def registered():
+    """Register a family for one test, and remove it afterwards."""
+    names = []
+
+    def add(family):
+        register(family, replace=True)
+        names.append(family.name)
+
+    yield add
+    for name in set(names):
+        if name in families.FAMILIES:
+            unregister(name)
+
+
+class Problem:
+    """``y_i ~ Exponential(mean = exp(a + b x_i))``, ``a, b ~ Normal(0, 1)``."""
+
+    def __init__(self, n=N_ROWS, seed=3):
+        rng = np.random.default_rng(seed)
+        self.x = rng.standard_normal(n)
+        self.y = rng.exponential(np.exp(0.3 - 0.5 * self.x))
+        with pm.Model() as self.model:
+            a = pm.Normal("a", 0.0, 1.0)
+            b = pm.Normal("b", 0.0, 1.0)
+            pm.Exponential("y", scale=pm.math.exp(a + b * self.x), observed=self.y)
+
+    def log_post(self, a, b):
+        eta = a[..., None] + b[..., None] * self.x
+        return (-eta - self.y * np.exp(-eta)).sum(axis=-1) - 0.5 * (a * a + b * b)
+
+    def reference(self, half_width=0.4, points=241):
+        """Posterior means and sds of ``(a, b)`` by quadrature on a grid about the mode
+        (about 12 posterior sds either side)."""
+        mode = optimize.minimize(lambda t: -self.log_post(t[0], t[1]), np.zeros(2)).x
+        A, B = np.meshgrid(*(np.linspace(c - half_width, c + half_width, points) for c in mode),
+                           indexing="ij")
+        lp = self.log_post(A, B)
+        w = np.exp(lp - lp.max())
+        w /= w.sum()
+        means = np.array([(w * A).sum(), (w * B).sum()])
+        sds = np.sqrt([(w * (A - means[0]) ** 2).sum(), (w * (B - means[1]) ** 2).sum()])
+        return means, sds
+
+
+def _sample(model, step, *, draws, tune, chains, seed):
+    with model, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return pm.sample(draws=draws, tune=tune, step=step, chains=chains, cores=1,
+                         random_seed=seed, progressbar=False, compute_convergence_checks=False)
+
+
+def _assert_exact(problem, step, draws):
+    idata = _sample(problem.model, step, draws=draws, tune=500, chains=2, seed=5)
+    means, sds = problem.reference()
+    post = idata["posterior"]
+    for j, v in enumerate(("a", "b")):
+        x = np.asarray(post[v].values, dtype=float)
+        z = (x.mean() - means[j]) / mcse_mean(x)
+        zs = (x.std() - sds[j]) / mcse_sd(x)
+        assert abs(z) < Z_TOL and abs(zs) < Z_TOL, (v, x.mean(), means[j], z, x.std(), sds[j], zs)
+    return idata
+
+
+def test_a_registered_family_is_recognised_and_sampled_exactly(registered):
+    problem = Problem()
+    with pytest.raises(ValueError, match="does not know the likelihood.*ExponentialRV"):
+        glm.detect_glm(problem.model)
+    assert "exponential_log" not in glm.SUPPORTED_TEXT
+    registered(ExponentialLog)
+    assert glm.detect_glm(problem.model).family == "exponential_log"
+    assert "exponential_log: pm.Exponential(scale=pm.math.exp(eta)) [region]" in glm.SUPPORTED_TEXT
+    with problem.model, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        step = pms.ScalableMH()
+    assert step.region is not None  # no global bound: region bounds
+    idata = _assert_exact(problem, step, draws=1500)
+    stats = idata["sample_stats"]
+    assert np.asarray(stats["data_used"].values).mean() < 0.05 * N_ROWS
+    # the same family with bounds 100 times too small is caught
+    registered(TooSmall)
+    with problem.model, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        bad = pms.ScalableMH(order=1)
+    with pytest.raises(BoundViolationError) as err:
+        _sample(problem.model, bad, draws=500, tune=200, chains=1, seed=6)
+    assert err.value.lam > err.value.bound
+
+
+@pytest.mark.slow
+def test_a_family_without_row_terms_keeps_the_bounds_in_q(registered):
+    """No ``row_loglik``: the Taylor proxy comes from the engine's Hessian and the
+    region bounds from ``engine.glm.glm_psi`` (which reads ``y`` for ``needs_y``)."""
+    registered(NoRowTerms)
+    assert not families.get_family("exponential_log").predictor_coordinates
+    problem = Problem()
+    with problem.model, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        step = pms.ScalableMH()
+    _assert_exact(problem, step, draws=1500)
+
+
+def test_supported_text_lists_the_registered_families():
+    text = glm.SUPPORTED_TEXT
+    for name, family in families.FAMILIES.items():
+        assert f"{name}: {family.description}" in text
+    for token in ("Bernoulli", "StudentT", "pm.Normal", "bounds=callable"):
+        assert token in text
+
+
+def test_unknown_families_give_clear_errors():
+    from pymc_subsample.kernels.bounds import glm_sup_derivative
+    from pymc_subsample.kernels.predictor import row_loglik
+    from pymc_subsample.kernels.region import local_sup
+
+    with pytest.raises(ValueError, match="Unknown GLM family 'gamma_identity'; registered: "
+                                         "bernoulli_logit, .*families.register"):
+        families.get_family("gamma_identity")
+    with pytest.raises(ValueError, match="unknown family 'nope'; supported: .*poisson_log"):
+        local_sup("nope", 2, np.zeros(2), np.ones(2))
+    with pytest.raises(ValueError, match="predictor coordinates support .*got 'gamma_log'"):
+        row_loglik("gamma_log", np.zeros(2), np.ones(2), {})
+    with pytest.raises(ValueError, match="No global derivative bound .*unbounded"):
+        glm_sup_derivative("poisson", 2)
+    assert families.get_family("Logistic") is families.get_family("bernoulli_logit")
+
+
+def test_register_refuses_clashes_and_families_without_bounds():
+    with pytest.raises(ValueError, match="already registered"):
+        register(families.BernoulliLogit)
+
+    class Alias(ExponentialLog):
+        aliases = ("probit",)
+
+    with pytest.raises(ValueError, match="already registered.*probit"):
+        register(Alias)
+
+    class Boundless(GLMFamily):
+        name = "boundless"
+
+    with pytest.raises(ValueError, match="provides no bound"):
+        register(Boundless)
+
+    class Misnamed(ExponentialLog):
+        link_param = "lam"
+
+    with pytest.raises(ValueError, match=r"\['lam'\] are not among its dist_params"):
+        register(Misnamed)
+    with pytest.raises(TypeError, match="needs a GLMFamily"):
+        register(object())
+    assert "exponential_log" not in families.FAMILIES and "boundless" not in families.FAMILIES
