@@ -318,7 +318,9 @@ class ControlVariate(ABC):
         """Gradient in ``q`` of the proxy's sum ``sum_i lhat_i`` (Taylor proxies only:
         the data-free surrogate that :class:`~pymc_subsample.proposals.SurrogateHMC`
         follows)."""
-        raise NotImplementedError(f"{type(self).__name__} has no data-free surrogate.")
+        raise ValueError(
+            f"{type(self).__name__} has no data-free surrogate to follow: "
+            "proposal='surrogate_hmc' needs Taylor control variates (control_variate=1 or 2).")
 
     def update(self, q_now, rows) -> None:
         """After a transition that read ``rows``: the chain is at ``q_now``."""
@@ -326,7 +328,8 @@ class ControlVariate(ABC):
     def recenter_at(self, q) -> None:
         """Move the control variate's centre to ``q`` for the rest of the chain (one pass
         over the data; :meth:`reset` undoes it)."""
-        raise NotImplementedError(f"{type(self).__name__} has no centre to move.")
+        raise ValueError(f"{type(self).__name__} has no centre to move: recenter=True "
+                         "needs Taylor control variates (control_variate=1 or 2).")
 
     def reset(self) -> None:
         """Start of a chain: back to the state right after the set-up."""
