@@ -282,3 +282,13 @@ def test_accept_is_zero_when_the_test_rejects_outright(model, name, o1, term):
     res, stats = step._run_test(lambda rows: np.full(rows.size, term), o1, None)
     assert not res.accept
     assert stats["accept"] == 0.0
+
+
+def test_initial_point_reaches_the_engine(model):
+    """A step's ``initial_point=`` (PyMC's step convention) is where the engine's
+    ``initial_q`` starts (the data check, the default scaling): it used to be ignored."""
+    start = {**model.initial_point(), "a": np.array(0.25), "b": np.array(-0.5)}
+    with model:
+        step = pms.AustereMH(vars=[model["a"], model["b"]], control_variate=0,
+                             initial_point=start)
+    np.testing.assert_array_equal(step.engine.initial_q(), [0.25, -0.5])

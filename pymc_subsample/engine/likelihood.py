@@ -80,7 +80,8 @@ class LikelihoodEngine(BatchFunctions):
             raise ValueError("The step has no variables to sample: pass vars=[...].")
         point = model.initial_point()
         if initial_point is not None:  # the step's initial_point= (PyMC's convention)
-            point = {**point, **{k: np.asarray(v) for k, v in initial_point.items()}}
+            point = {**point, **{k: np.asarray(v, dtype=point[k].dtype)
+                                 for k, v in initial_point.items() if k in point}}
         empty = [v for v in self.vars if np.size(point[v.name]) == 0]
         if empty:
             raise ValueError(
