@@ -45,6 +45,7 @@ from .interval import Interval
 
 __all__ = [
     "FAMILIES",
+    "FamilyCapabilityError",
     "GLMFamily",
     "PROBIT_PEAK3",
     "family_names",
@@ -103,6 +104,11 @@ def _probit_derivatives(t):
 
 def _positive(name: str, value, family: str) -> float:
     return check_finite_positive(name, value, label=f"{family}: parameter {name}")
+
+
+class FamilyCapabilityError(ValueError):
+    """A numeric part asked of a GLM family that does not provide it (a global bound of
+    a Poisson-log family, for instance): its capability flags say what it provides."""
 
 
 class GLMFamily:
@@ -206,6 +212,13 @@ class GLMFamily:
         :meth:`standard_logpdf` for a location-scale row with a sampled scale)."""
         return self._provides("standard_logpdf" if self.two_param else "row_loglik")
 
+    def _lacks(self, capability: str, what: str) -> FamilyCapabilityError:
+        """The error for a numeric part this family does not provide: the methods below
+        are optional, and a family's capabilities are the ones it overrides."""
+        return FamilyCapabilityError(
+            f"GLM family {self.name!r}: {what} (its {capability} is False; check it "
+            "before asking for this part, or override the method to provide it).")
+
     def param_label(self, param: str) -> str:
         """The name of a distribution parameter in messages."""
         return self.param_labels.get(param, param)
@@ -218,7 +231,7 @@ class GLMFamily:
         """``sup_eta |f^(m)(eta)|`` of ``U_i = f(eta_i)`` over the whole line, for every
         response (Cornish et al. 2019, eq. 12), ``m`` in {2, 3}; ``params`` are the
         :attr:`fixed_params`, checked by the caller."""
-        raise NotImplementedError(f"{self.name}: no global derivative bound ({self.unbounded}).")
+        raise self._lacks("global_bound", f"no global derivative bound ({self.unbounded})")
 
     def global_sup_args(self, params: dict):
         """``(scale, sup_params)`` with which
@@ -231,23 +244,23 @@ class GLMFamily:
     def local_sup(self, m: int, lo, hi, *, y=None, **params) -> np.ndarray:
         """``sup |f^(m)(eta)|`` over ``eta in [lo_i, hi_i]`` per row (float64 arrays);
         ``y`` the responses (when :attr:`needs_y`), ``params`` the fixed parameters."""
-        raise NotImplementedError(f"{self.name}: no bound over an interval of eta.")
+        raise self._lacks("interval_bound", "no bound over an interval of eta")
 
     def box_partials(self, m: int, E: Interval, S: Interval, y, **params) -> list:
         """Enclosures (:class:`~pymc_subsample.kernels.interval.Interval`) of the m-th
         partials ``d^m l / d eta^j d s^(m-j)``, in the order ``j = 0..m``, of the row log
         density over the box ``E x S`` (two-parameter rows); ``y`` the responses."""
-        raise NotImplementedError(f"{self.name}: no partials over a box.")
+        raise self._lacks("box_bound", "no partials over a box")
 
     def row_loglik(self, eta, y, params: dict, derivatives: int = 2) -> tuple:
         """``(l, l', l'')`` in ``eta`` (float64 arrays), ``l = log p(y | eta)`` up to a
         constant per row; may stop early when ``derivatives`` is smaller."""
-        raise NotImplementedError(f"{self.name}: no row log-likelihood in NumPy.")
+        raise self._lacks("predictor_coordinates", "no row log-likelihood in NumPy")
 
     def standard_logpdf(self, t, params: dict) -> tuple:
         """``(H, H', H'')`` at ``t`` for a location-scale row
         ``l = -s + H((y - eta) e^-s)``."""
-        raise NotImplementedError(f"{self.name}: no standard log density.")
+        raise self._lacks("predictor_coordinates", "no standard log density")
 
 
 # -------------------------------------------------------------------- registry

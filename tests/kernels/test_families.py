@@ -216,3 +216,18 @@ def test_register_refuses_clashes_and_families_without_bounds():
     with pytest.raises(TypeError, match="needs a GLMFamily"):
         register(object())
     assert "exponential_log" not in families.FAMILIES and "boundless" not in families.FAMILIES
+
+
+def test_a_part_a_family_does_not_provide_is_a_clear_error():
+    """The numeric parts are optional: asking one a family does not provide names the
+    family and the capability flag to check (a ValueError, never a silent number)."""
+    from pymc_subsample.kernels.families import FamilyCapabilityError, get_family
+
+    poisson = get_family("poisson_log")
+    assert not poisson.global_bound and poisson.interval_bound
+    with pytest.raises(FamilyCapabilityError, match="'poisson_log'.*global_bound is False"):
+        poisson.sup_derivative(2)
+    assert issubclass(FamilyCapabilityError, ValueError)
+    logit = get_family("bernoulli_logit")
+    with pytest.raises(FamilyCapabilityError, match="box_bound is False"):
+        logit.box_partials(2, None, None, None)
