@@ -198,7 +198,8 @@ class MHStep(SubsampleStep):
                        n_total=self.n_rows)
             return
         theta, (mean, cov) = fit
-        self._set_laplace(mean, cov)
+        if self._laplace_mean is not mean:  # a set-up that needed it has stored it
+            self._set_laplace(mean, cov)
         if scaling is None and self.SCALING_FROM_LAPLACE:
             scaling = prop.scaling_from_sd(np.sqrt(np.diag(cov)))
         prop.setup(self.ndim, scaling=scaling, grad_fn=self._proposal_grad_fn(),

@@ -147,10 +147,30 @@ class SubsampleStepState(StepMethodState):
     :class:`ChainVars` of the step's own kind)."""
 
     tune: bool
-    proposal_state: dict
+    proposal_state: dict | None
     control_state: object
     estimator_state: object
     chain: ChainVars
+
+
+class _PartState:
+    """A ``sampling_state`` field that is the chain state of one of the step's parts (its
+    proposal, control variate or gradient estimator): the part's ``get_state()``, or
+    None when the step has no such part; setting it calls the part's ``set_state``."""
+
+    def __init__(self, attr: str):
+        self.attr = attr
+
+    def __get__(self, step, owner=None):
+        if step is None:
+            return self
+        part = getattr(step, self.attr)
+        return None if part is None else part.get_state()
+
+    def __set__(self, step, state) -> None:
+        part = getattr(step, self.attr)
+        if part is not None and state is not None:
+            part.set_state(state)
 
 
 class ChainState:
@@ -171,35 +191,11 @@ class ChainState:
     control = None
     _oracle = None
 
-    @property
-    def estimator_state(self):
-        """The chain state of a stateful gradient estimator (SAGA's store), or None."""
-        return None if self._oracle is None else self._oracle.get_state()
-
-    @estimator_state.setter
-    def estimator_state(self, state) -> None:
-        if state is not None:
-            self._oracle.set_state(state)
-
-    @property
-    def proposal_state(self) -> dict:
-        """The proposal's chain state (:meth:`~pymc_subsample.proposals.Proposal.get_state`)."""
-        return {} if self.proposal is None else self.proposal.get_state()
-
-    @proposal_state.setter
-    def proposal_state(self, state: dict) -> None:
-        if state:
-            self.proposal.set_state(state)
-
-    @property
-    def control_state(self):
-        """The control variate's chain state (a re-centred proxy, SAGA's store), or None."""
-        return None if self.control is None else self.control.get_state()
-
-    @control_state.setter
-    def control_state(self, state) -> None:
-        if state is not None:
-            self.control.set_state(state)
+    #: the chain states of the step's parts (``get_state()`` / ``set_state``; None for a
+    #: part the step does not have), fields of ``sampling_state``
+    proposal_state = _PartState("proposal")
+    control_state = _PartState("control")
+    estimator_state = _PartState("_oracle")
 
     # ------------------------------------------------------------------ per-chain state
     def _reset_chain(self):
