@@ -121,7 +121,7 @@ CONFIGS = {
     "sgld_decreasing": ("logistic", lambda: pms.SGLD(schedule="decreasing")),
     "sgld_plain": ("logistic", lambda: pms.SGLD(gradient="minibatch", precondition=False,
                                                 step_size=1e-4)),
-    "sgld_hier": ("hier_nc", lambda: pms.SGLD()),
+    "sgld_hier": ("hier_nc", lambda: pms.SGLD(hierarchical="allow")),
 }
 
 

@@ -9,6 +9,12 @@ affine in the sampled variables (``tau`` is sampled on the log scale and multipl
 ``(b, mu + tau * z)`` and proposes by a Hamiltonian trajectory on the data-free surrogate
 (``pymc_subsample.engine.predictor``, ``pymc_subsample.proposals.SurrogateHMC``).
 
+Since the blocked hierarchical sweep (``pymc_subsample.steps.hierarchical``), the
+logistic model runs that sweep by default; the predictor-coordinate machinery described
+here is the joint move of ``hierarchical="off"`` (and of the Normal likelihood, whose
+sampled scale the sweep does not cover). ``benchmarks/hierarchical.py`` measures the
+sweep on many groups of unequal size.
+
 ``pms.ScalableMH()`` (2 chains x (1,000 tune + 3,000 draws)) and ``pm.sample()`` (NUTS,
 2 chains x (500 + 500)), both ``cores=1``, the step built inside the timed call. Printed:
 rows read per step, acceptance, the fraction of exact full-data fallback steps, minimum

@@ -17,8 +17,8 @@ import pytest
 
 import pymc_subsample as pms
 from pymc_subsample.engine.analysis import check_factorises
-from pymc_subsample.testing import mcse_mean, mcse_sd, posterior
-from tests.conftest import logistic_model, run_sample
+from pymc_subsample.testing import mcse_mean, mcse_sd, posterior, sample_stats
+from tests.conftest import logistic_model, run_sample, sampler_warnings
 
 STEPS = [pms.AustereMH, pms.BarkerMinibatch, pms.ScalableMH, pms.SGLD]
 STEP_IDS = [s.__name__ for s in STEPS]
@@ -270,13 +270,18 @@ def test_float_observations_in_pm_data_for_a_bernoulli_are_accepted():
 
 
 # ---------------------------------------------------------------- SGLD that diverges
-def test_sgld_that_diverges_stops_naming_the_step_size():
+def test_sgld_that_diverges_says_so_naming_the_step_size():
+    """A run-away transition is not made: the draw is flagged ``diverging`` (as NUTS
+    flags its divergences) and the chain warns with the step size and the advice."""
     X, y = _data()
     model = _logistic(X, y)
     with model:
         s = pms.SGLD(step_size=1e6, precondition=False)
-    with pytest.raises(pms.SGLDDivergenceError, match=r"h = 1e\+06.*Lower step_size"):
-        run_sample(model, s, draws=50, tune=50, chains=1, seed=1)
+    idata = run_sample(model, s, draws=50, tune=50, chains=1, seed=1, keep_warning_stat=True)
+    assert sample_stats(idata)["diverging"].values.any()
+    assert np.all(np.isfinite(posterior(idata)["b"].values))
+    found = sampler_warnings(idata, "a transition diverged:")
+    assert found[0] and "h = 1e+06" in found[0][0] and "Lower step_size" in found[0][0]
 
 
 def test_sgld_preconditioned_step_size_above_4_is_refused():

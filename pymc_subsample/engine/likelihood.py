@@ -195,6 +195,15 @@ class LikelihoodEngine(BatchFunctions):
             np.float64
         )
 
+    def var_slices(self) -> dict:
+        """``{value variable: its positions in q}``, in the step's raveled order."""
+        out, start = {}, 0
+        for v in self.vars:
+            size = int(np.size(self._point[v.name]))
+            out[v] = np.arange(start, start + size)
+            start += size
+        return out
+
     def gather(self, rows) -> list[np.ndarray]:
         """The data of the given rows, one array per row-indexed data tensor."""
         out = []

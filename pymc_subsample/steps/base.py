@@ -262,6 +262,7 @@ class SubsampleStep(DataGuard, ChainState, ArrayStepShared):
         for _ in range(self.steps_per_draw):
             q, stats = self._transition(q)
             transitions.append(stats)
+        self._check_collapse(q)
         stats = summarise(transitions)
         stats["accepted"] = stats["accepted"] / self.steps_per_draw
         stats["accept"] = stats["accept"] / self.steps_per_draw
@@ -270,6 +271,54 @@ class SubsampleStep(DataGuard, ChainState, ArrayStepShared):
         stats["warning"] = pending.pop(0) if pending else None
         stats.update(self._setting_stats())
         return RaveledVars(q, q0.point_map_info), [stats]
+
+    #: a log-scale coordinate below this (a scale under 6e-6) counts as collapsed
+    COLLAPSE_LOG = -12.0
+
+    def _collapse_coords(self):
+        """``(positions in q, names)`` of the step's variables sampled on the log scale
+        (scales: ``HalfNormal``, ``Exponential``, ...), found once."""
+        found = getattr(self, "_collapse_cache", None)
+        if found is None:
+            model, idx, names = self.engine.model, [], []
+            for v, pos in self.engine.var_slices().items():
+                rv = model.values_to_rvs[v]
+                tr = model.rvs_to_transforms.get(rv)
+                if tr is not None and type(tr).__name__ == "LogTransform":
+                    idx += list(pos)
+                    names += [rv.name] * pos.size
+            found = self._collapse_cache = (np.asarray(idx, dtype=int), names)
+        return found
+
+    def _check_collapse(self, q):
+        """Warn (once per chain) when a scale sampled on the log scale has collapsed
+        toward 0: the degenerate mode of a centred hierarchical model, where a chain
+        freezes (within-chain sd near 0) far from the posterior."""
+        idx, names = self._collapse_coords()
+        if idx.size == 0:
+            return
+        low = q[idx] < self.COLLAPSE_LOG
+        if not np.any(low):
+            return
+        k = int(np.argmax(low))
+        sweep = getattr(self, "sweep", None)
+        advice = ("The blocked sweep runs and should not do this: please report it."
+                  if sweep is not None else
+                  "If it is the scale of group effects, this is the degenerate mode of a "
+                  "centred hierarchical model, where a chain freezes. The default "
+                  "hierarchical='auto' of the MH steps samples these models with a "
+                  "blocked sweep when it recognises them (a GLM with one Normal random "
+                  f"intercept gathered by integer group indices; here: {self.hierarchy_text()}).")
+        self.warn_once("collapse", f"'{names[k]}' has collapsed to "
+                       f"{np.exp(q[idx][k]):.3g} (log {q[idx][k]:.1f}): the draws are not "
+                       f"from the posterior. {advice}")
+
+    def hierarchy_text(self) -> str:
+        """Whether the step runs a blocked hierarchical sweep, or why not."""
+        found = getattr(self, "hierarchy", None)
+        if found is None:
+            return "this step has no blocked sweep"
+        return found if isinstance(found, str) else "recognised"
 
     def _start_draw(self):
         """Before a draw's transitions (a step's caches that other steps of a

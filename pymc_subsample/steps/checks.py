@@ -75,8 +75,10 @@ class CVChecks:
 
 
 _FUNNEL_ADVICE = (
-    "For a hierarchical model whose groups each hold many rows, write it in the centred "
-    "form (a ~ Normal(mu, tau), a[g])")
+    "For a hierarchical model (centred or not), the default hierarchical='auto' runs a "
+    "blocked sweep when the likelihood is a GLM with one Normal random intercept gathered "
+    "by integer group indices and neither proposal= nor scaling= is given (the step's "
+    "repr says whether it runs, and step.hierarchy why not)")
 
 
 @dataclass
@@ -117,7 +119,7 @@ class TuningMean:
                 "step's unconstrained space): the Gaussian fit that the default proposal and "
                 "control variates rely on is poor here (a funnel-shaped hierarchical "
                 "posterior, for instance), and the chain may not mix. Check R-hat and ESS. "
-                f"{_FUNNEL_ADVICE}, whose joint mode lies in the posterior's bulk; otherwise "
+                f"{_FUNNEL_ADVICE}; otherwise "
                 "consider recenter=True, proposal='random_walk' with "
                 "proposal_kwargs={'adapt_covariance': True}, or NUTS.")
 

@@ -223,6 +223,14 @@ class GrowingBatchStep(MHStep):
         else:
             self._sampler = RowSampler(self.n_rows, self.rng)
 
+    def _sweep_attributes(self):
+        batch_size, batch_increment = self._batch_args
+        self.batch_size = check_batch_size(batch_size, "batch_size", self.n_rows)
+        self.batch_increment = check_batch_size(
+            batch_increment, "batch_increment", self.n_rows, allow_none=True)
+        self.is_table = self._is_scale = self._curved = None
+        self._plain = self.control
+
     @property
     def cv_active(self) -> bool:
         """Whether this chain still uses its control variate."""

@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..engine.groups import find_groups
+from ..kernels._validation import check_choice
 from ..kernels.control_variates import NoControlVariate
 from ..proposals import as_proposal
 from .base import SubsampleStep
@@ -84,6 +86,17 @@ class MHStep(SubsampleStep):
         initial point, and tunes it during tuning.
     proposal_kwargs : dict, optional
         Keyword arguments of the proposal named by ``proposal=`` (or of the default one).
+    hierarchical : {"auto", "off"}, default "auto"
+        On a GLM with a random intercept per group (a vector of group effects gathered
+        by an integer data array, centred ``a ~ Normal(mu, tau)`` or non-centred
+        ``a = mu + tau * z``; :func:`~pymc_subsample.engine.groups.find_groups`), run
+        the blocked sweep of :mod:`pymc_subsample.steps.hierarchical` instead of one
+        joint move: group effects one by one (all groups at once), hyperparameters
+        interweaving the centred and non-centred forms, fixed effects; every move exact
+        (factorised test with Poisson thinning), at a cost per draw that does not grow
+        with ``N``. The step's own test and ``proposal=`` are then not used (the
+        ``repr`` and :attr:`hierarchy` say so). ``"off"``, or a ``proposal=``,
+        ``scaling=`` or ``proposal_kwargs=`` given: the joint move.
     **kwargs
         Those of :class:`~pymc_subsample.steps.base.SubsampleStep`.
     """
@@ -96,7 +109,12 @@ class MHStep(SubsampleStep):
     SCALING_FROM_LAPLACE = True
 
     def __init__(self, vars=None, *, proposal=None, scaling=None, proposal_kwargs=None,
-                 **kwargs):
+                 hierarchical="auto", **kwargs):
+        self._hierarchical_arg = check_choice("hierarchical", hierarchical, ("auto", "off"))
+        #: the blocked sweep on a random-intercept GLM (None: the joint move)
+        self.sweep = None
+        #: the group structure found, or why there is none (a string)
+        self.hierarchy = None
         self._proposal_arg = proposal
         self._scaling_arg = scaling
         self._proposal_kwargs = dict(proposal_kwargs or {})
@@ -109,6 +127,8 @@ class MHStep(SubsampleStep):
         if self._scaling_arg is not None:
             self._scaling_arg = self._check_scaling(self._scaling_arg)
         self.user_scaling = self._scaling_arg
+        if self._setup_sweep():
+            return
         if self._proposal_arg is not None:  # a user's proposal: checked before the passes
             self.proposal = self._build_proposal()
         fit = self._setup_target()
@@ -116,6 +136,39 @@ class MHStep(SubsampleStep):
             self.proposal = self._build_proposal()
         self._setup_proposal(fit)
         self._compile()
+
+    def _setup_sweep(self) -> bool:
+        """Find a random intercept per group and, when there is one, build the blocked
+        sweep (:mod:`pymc_subsample.steps.hierarchical`) in place of the joint move."""
+        from .hierarchical import HierarchicalSweep
+
+        if self._hierarchical_arg == "off":
+            self.hierarchy = "hierarchical='off'"
+            return False
+        if (self._proposal_arg is not None or self._scaling_arg is not None
+                or self._proposal_kwargs):
+            self.hierarchy = "proposal=, scaling= or proposal_kwargs= configures the joint move"
+            return False
+        try:
+            found = find_groups(self.engine)
+        except Exception as err:  # noqa: BLE001 - an unforeseen graph: the joint move
+            found = f"the graph could not be read ({type(err).__name__}: {err})"
+        self.hierarchy = found
+        if isinstance(found, str):
+            return False
+        self.sweep = HierarchicalSweep(self.engine, found)
+        self.proposal = self.sweep  # its chain state travels as the proposal's
+        self.control = NoControlVariate(self.engine)
+        self._sweep_attributes()
+        return True
+
+    def _sweep_attributes(self):
+        """Set what :meth:`settings` reads when the sweep replaces the step's set-up."""
+
+    def __repr__(self) -> str:
+        what = (f"blocked hierarchical sweep: {self.hierarchy.describe()}"
+                if self.sweep is not None else "joint move")
+        return f"{type(self).__name__}(N={self.n_rows}, d={self.ndim}; {what})"
 
     def _setup_target(self):
         """The set-up passes (centre, control variate, bounds); returns ``(centre theta,
@@ -247,6 +300,8 @@ class MHStep(SubsampleStep):
     def _transition(self, q):
         """One Markov transition from ``q``: a proposal and its test. Returns the new
         state and the transition's stats (``accepted`` 0.0 or 1.0)."""
+        if self.sweep is not None:
+            return self._sweep_transition(q)
         q_prop, log_qratio = self.proposal.draw(q, self.rng)
         q_prop = np.asarray(q_prop, dtype=np.float64)
         log_qratio = float(log_qratio)
@@ -260,6 +315,34 @@ class MHStep(SubsampleStep):
         if self._oracle is not None:  # a Langevin proposal's estimator: its rows count
             stats["data_used"] += self._oracle.update(q_now)
         return q_now, stats
+
+    def _sweep_transition(self, q):
+        """One blocked sweep (:class:`~pymc_subsample.steps.hierarchical.
+        HierarchicalSweep`); the step's other stats at their neutral values."""
+        state = self.sweep.state
+        if not state.started:
+            state.started = True
+            if self.tune and self.init == "laplace":
+                q = self.sweep.start(q)
+        q, stats = self.sweep.transition(q, self.rng, self.engine.prior,
+                                         self.tune and self.adapt)
+        out = dict(self._neutral_stats())
+        out.update(stats)
+        out["accept"] = stats["accepted"]
+        return q, out
+
+    def _neutral_stats(self) -> dict:
+        cached = getattr(self, "_neutral_cache", None)
+        if cached is None:
+            cached = {}
+            for key, (dtype, _) in type(self).stats_dtypes_shapes.items():
+                if key in ("warning", "scaling") or key.startswith("setting_"):
+                    continue
+                dt = np.dtype(dtype)
+                cached[key] = (False if dt == bool else 0 if dt.kind in "iu"
+                               else math.nan)
+            self._neutral_cache = cached
+        return cached
 
     def _test(self, q, q_prop, log_qratio) -> Decision:
         """The prior ratio, then the step's decision (a proposal outside the prior's

@@ -206,11 +206,16 @@ class ScalableMH(MHStep):
         """The recorded settings: the Taylor ``order``, the ``truncation`` in effect
         (``N`` by default), the ``region`` radius in Laplace sds (NaN: global bounds) and
         ``steps_per_draw``."""
-        region = self.bounds.region
+        region = None if self.bounds is None else self.bounds.region
         return {**super().settings(), "order": self.order, "truncation": self.truncation,
                 "region": np.nan if region is None else float(region)}
 
     # ------------------------------------------------------------------ set-up
+    def _sweep_attributes(self):
+        self.truncation = (
+            float(self.n_rows) if self._truncation_arg is None else float(self._truncation_arg))
+        self.bounds = None  # the sweep's bounds are per group (steps/hierarchical.py)
+
     def _setup_target(self):
         """The centre, the control variates and the bounds (module docstring of
         :mod:`pymc_subsample.steps.scalable_bounds`)."""

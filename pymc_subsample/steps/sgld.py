@@ -8,9 +8,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from pymc.exceptions import SamplingError
-from scipy.linalg import solve_triangular
 from pymc.stats.convergence import WarningType
 
+from ..engine.analysis import ModelNotSupportedError
 from ..kernels._validation import check_batch_size, check_bytes, check_choice, check_positive, check_share
 from ..kernels.gradient_estimators import ESTIMATORS, largest_eigenvalue
 from ..kernels.sgld import (
@@ -30,8 +30,11 @@ __all__ = ["SGLD", "SGLDDivergenceError"]
 
 
 class SGLDDivergenceError(SamplingError):
-    """SGLD's chain left the finite numbers (a step size too large for the posterior):
-    the message names the step size and a smaller one to try."""
+    """SGLD's chain left the finite numbers (a step size too large for the posterior).
+
+    No longer raised: SGLD now keeps a diverging chain at its last finite values, records
+    the draw in the ``diverging`` sample stat and warns once (see :class:`SGLD`). The
+    class stays so that code catching it still imports."""
 
 
 @dataclass
@@ -117,6 +120,18 @@ class SGLD(SubsampleStep):
         4 GiB).
     init : {"laplace", "model"}, default "laplace"
         Start each chain's tuning from a draw of the Laplace approximation.
+    hierarchical : {"refuse", "allow"}, default "refuse"
+        What to do with a model whose GLM likelihood has a random intercept per group: a
+        vector of group effects gathered by an integer data array, centred (``a ~
+        Normal(mu, tau)``) or non-centred (``a = mu + tau * z``), as
+        :func:`pymc_subsample.engine.groups.find_groups` recognises it. ``"refuse"``:
+        raise :class:`~pymc_subsample.engine.analysis.ModelNotSupportedError` naming the
+        group variable and the index. SGLD's fixed step size cannot follow the funnel of
+        the group scale (the group effects' spread shrinks with ``tau``), so on these
+        models it diverges or is biased; AustereMH, BarkerMinibatch and ScalableMH
+        recognise the structure and update the groups in a blocked sweep. ``"allow"``:
+        sample the model anyway, for users who check the draws themselves (the
+        ``diverging`` stat and its warning still flag a chain that runs away).
     tune, model, rng, initial_point, compile_kwargs, progressbar :
         As for the other steps (:class:`pymc_subsample.AustereMH`).
 
@@ -140,13 +155,24 @@ class SGLD(SubsampleStep):
 
     ``benchmarks/sgld.py`` measures both against exact references.
 
+    **Divergence.** Without an accept/reject step nothing undoes a move that runs away (a
+    step size too large for the posterior's curvature). A transition diverges when the
+    gradient estimate or the move is not finite, or when the move lands more than
+    ``RUNAWAY`` (1000) standard deviations of the Laplace approximation from its mean in
+    some coordinate (when the step has a Laplace fit; a gradient too large for the
+    posterior shows there). The chain then stays at its last finite values, the draw's
+    ``diverging`` stat is True, and the step warns once per chain (once while tuning and
+    once after) with a ``SamplerWarning``. Such a chain is not sampling the posterior:
+    lower ``step_size`` or use a Metropolis-Hastings step.
+
     Sample stats per draw: ``accepted`` and ``accept`` (1.0: every move is kept; 0.0 for a
-    transition that stayed because a gradient was not finite), ``data_used`` (rows read,
-    summed over the draw's transitions), ``n_batches``, ``step_size`` (the largest ``h`` of
-    the draw's transitions; ``scaling``: the next transition's), ``noise_ratio`` (the
-    largest of the draw's transitions) and
-    ``warning``; settings ``setting_batch_size``, ``setting_step_size`` (``h`` at the
-    start) and ``setting_steps_per_draw``.
+    transition that stayed because it diverged), ``diverging`` (a transition of the draw
+    diverged), ``data_used`` (rows read, summed over the draw's transitions),
+    ``n_batches``, ``step_size`` (the largest ``h`` of the draw's transitions;
+    ``scaling``: the next transition's), ``noise_ratio`` (the largest of the draw's
+    transitions; NaN when all of them diverged) and ``warning``; settings
+    ``setting_batch_size``, ``setting_step_size`` (``h`` at the start) and
+    ``setting_steps_per_draw``.
     """
 
     name = "sgld"
@@ -155,6 +181,8 @@ class SGLD(SubsampleStep):
         **BASE_STATS,
         "step_size": (np.float64, []),
         "noise_ratio": (np.float64, []),
+        # a transition of the draw diverged and stayed (bool, as PyMC's NUTS declares it)
+        "diverging": (bool, []),
         **setting_stats(SETTINGS),
     }
     PROGRESS_COLUMNS = (
@@ -183,6 +211,7 @@ class SGLD(SubsampleStep):
         steps_per_draw=None,
         defensive=0.1,
         max_memory=None,
+        hierarchical="refuse",
         **kwargs,
     ):
         for bad in ("proposal", "scaling", "proposal_kwargs"):
@@ -209,6 +238,9 @@ class SGLD(SubsampleStep):
                 "from the mean by 1 - h/2 each step) and the chain would diverge. Use h "
                 "below 1 (the default is 0.2)."
             )
+        self.hierarchical = check_choice(
+            "hierarchical", hierarchical, ("refuse", "allow"),
+            what="'refuse' or 'allow' (what to do with a random intercept per group)")
         defensive = check_share("defensive", defensive, strict=True)
         max_memory = check_bytes("max_memory", max_memory)
         self.gradient = gradient
@@ -229,10 +261,35 @@ class SGLD(SubsampleStep):
         return (self.gradient != "minibatch" or self.precondition or self._user_step is None
                 or self._center_arg is not None)
 
+    def _refuse_groups(self):
+        """``hierarchical="refuse"``: raise :class:`ModelNotSupportedError` when the
+        likelihood has a random intercept per group
+        (:func:`~pymc_subsample.engine.groups.find_groups`). A failure of the recognition
+        itself (its import included) counts as no structure."""
+        try:
+            from ..engine.groups import find_groups
+
+            structure = find_groups(self.engine)
+        except Exception:  # noqa: BLE001 - the recognition is a check, not a requirement
+            return
+        if isinstance(structure, str):  # no group structure (the reason)
+            return
+        raise ModelNotSupportedError(
+            f"SGLD does not sample this model: its likelihood has a {structure.describe()}. "
+            "SGLD's fixed step size cannot follow the funnel of the group scale (the group "
+            "effects' spread changes with it by orders of magnitude), so on such models it "
+            "diverges or is biased. Use pms.AustereMH(), pms.BarkerMinibatch() or "
+            "pms.ScalableMH(): they recognise the group structure and update the groups in "
+            "a blocked sweep. To run SGLD anyway, pass hierarchical='allow'."
+        )
+
     def _setup(self):
         eng = self.engine
+        if self.hierarchical == "refuse":
+            self._refuse_groups()
         self.batch_size = check_batch_size(self._batch_arg, "batch_size", self.n_rows)
         self.center = None
+        self._laplace_sd = None
         if self._needs_center():
             msg = self.gradient != "minibatch" and self._other_steps_message(
                 f"SGLD(gradient={self.gradient!r})", "Add them to vars=, or use "
@@ -245,6 +302,9 @@ class SGLD(SubsampleStep):
                 "pass center=.")
             mean, cov = self.center.laplace(self.loglik_weight)
             self._set_laplace(mean, cov)
+            # the Laplace sds of the coordinates (row norms of the Cholesky factor)
+            self._laplace_sd = np.sqrt(np.einsum("ij,ij->i", self._laplace_chol,
+                                                 self._laplace_chol))
         self._factor = self._laplace_chol if self.precondition else None
         if self._user_step is not None:
             h0 = self._user_step
@@ -283,55 +343,71 @@ class SGLD(SubsampleStep):
         chain = self.chain
         chain.noise_sum, chain.noise_n = 0.0, 0
         chain.warnings.issued.discard("noise")
+        chain.warnings.issued.discard("diverging")
 
     def _scaling(self) -> float:
         return self.step_schedule.at(self.chain.t)
 
     # ------------------------------------------------------------------ the step
-    #: whitened distance from the Laplace mean, per sqrt(dimension), beyond which the
-    #: chain is taken to have diverged (a posterior has no mass there; SGLD's draws
-    #: grow geometrically once its step is unstable, e.g. h >= 4 preconditioned)
-    RUNAWAY = 1e6
+    #: Laplace standard deviations from the Laplace mean, in any coordinate, beyond which
+    #: a move is taken to have diverged (a posterior has no mass there; SGLD's draws grow
+    #: geometrically once its step is unstable, e.g. h >= 4 preconditioned)
+    RUNAWAY = 1e3
 
-    def _runaway(self, q) -> bool:
-        if self._laplace_mean is None:
-            return False
-        z = solve_triangular(self._laplace_chol, q - self._laplace_mean, lower=True,
-                             check_finite=False)
-        return bool(z @ z > self.RUNAWAY**2 * self.ndim)
+    def _divergence(self, q_new) -> str | None:
+        """Why the move to ``q_new`` diverged, or None: it is not finite, or more than
+        ``RUNAWAY`` Laplace sds from the Laplace mean in some coordinate (steps with a
+        Laplace fit)."""
+        if not np.all(np.isfinite(q_new)):
+            return "the move left the finite numbers"
+        if self._laplace_sd is None:
+            return None
+        far = float(np.max(np.abs(q_new - self._laplace_mean) / self._laplace_sd))
+        if far > self.RUNAWAY:
+            return (f"the move went {far:.3g} sds (of the Laplace approximation) from the "
+                    "posterior mode")
+        return None
 
-    def _diverged(self, h, q, what):
-        """Stop the chain: SGLD has no accept/reject step to undo a move that diverged,
-        and inf or NaN draws must never be returned."""
-        largest = float(np.max(np.abs(q))) if np.all(np.isfinite(q)) else math.inf
-        raise SGLDDivergenceError(
-            f"SGLD diverged: {what} (step size h = {h:.3g}; the largest |value| of the "
-            f"unconstrained parameters before the step was {largest:.3g}). Lower "
-            f"step_size (e.g. step_size={h / 10:.3g}; the default, step_size=None, sets it "
-            "from the posterior's scale), keep precondition=True, or use an MH-corrected "
-            "step (ScalableMH, AustereMH)."
+    def _diverged(self, q, h, stats, what):
+        """A diverging transition: the chain stays at ``q``, its last finite values (SGLD
+        has no accept/reject step to undo the move, and inf, NaN or runaway draws must
+        never be returned silently); the draw's ``diverging`` stat is True and the chain
+        warns once."""
+        advice = "" if self.precondition else ", keep precondition=True"
+        self.warn_once(
+            "diverging",
+            f"a transition diverged{' while tuning' if self.tune else ''}: {what} (step "
+            f"size h = {h:.3g}). The chain stays at its last finite values and the draw's "
+            "diverging stat is True; near such draws the chain is not sampling the "
+            f"posterior. Lower step_size (e.g. step_size={h / 10:.3g}; the default, "
+            f"step_size=None, sets it from the posterior's scale){advice}, or use a "
+            "Metropolis-Hastings step (pms.AustereMH, pms.BarkerMinibatch, pms.ScalableMH).",
+            kind=WarningType.TUNING_DIVERGENCE if self.tune else WarningType.DIVERGENCE,
         )
+        if not self.tune:
+            self.chain.t += 1
+        stats.update(accepted=0.0, accept=0.0, noise_ratio=math.nan, diverging=True)
+        return q, stats
 
     def _transition(self, q):
-        """One Langevin move (every move is kept: no Metropolis-Hastings correction)."""
+        """One Langevin move (every move is kept: no Metropolis-Hastings correction),
+        unless it diverges (:meth:`_diverged`)."""
         chain = self.chain
         h = self.step_schedule.at(chain.t)
         rows = self._oracle.draw_rows(self.rng)
         g = self._oracle(q, rows)
         stats = {"data_used": int(rows.size), "n_batches": 1, "step_size": h}
         if not np.all(np.isfinite(g)):
-            self._diverged(h, q, "the gradient estimate at the current values is not finite")
+            return self._diverged(q, h, stats, "the gradient estimate is not finite")
         eps = self.rng.standard_normal(self.ndim)
         q_new = langevin_update(q, g, h, eps, self._factor)
-        if not np.all(np.isfinite(q_new)):
-            self._diverged(h, q, "the update left the finite numbers")
-        if self._runaway(q_new):
-            self._diverged(h, q, f"the chain moved more than {self.RUNAWAY:.0e} sds (of the "
-                                 "Laplace approximation) from the posterior mode")
+        what = self._divergence(q_new)
+        if what is not None:
+            return self._diverged(q, h, stats, what)
         self._oracle.update(q)
         cov = chain.noise.add(self._oracle.last.whitened_covariance(self._factor))
         ratio = noise_ratio(h, largest_eigenvalue(cov)) * self.loglik_weight**2
-        stats.update(accepted=1.0, accept=1.0, noise_ratio=ratio)
+        stats.update(accepted=1.0, accept=1.0, noise_ratio=ratio, diverging=False)
         if not self.tune:
             chain.t += 1
         chain.noise_sum += ratio

@@ -246,7 +246,7 @@ def test_scalable_mh_samples_a_non_centred_model_without_violating_bounds():
     model, _, _ = _non_centred(n=3000)
     with model, warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        step = pms.ScalableMH()
+        step = pms.ScalableMH(hierarchical="off")  # the joint move's machinery
     assert getattr(step.control, "vmap", None) is not None and isinstance(step.proposal, SurrogateHMC)
     idata = run_sample(model, step, draws=300, tune=300, chains=1, seed=5)
     st = sample_stats(idata)
@@ -433,7 +433,7 @@ def test_full_data_fallback_needs_no_compile_in_the_draws(family):
     model = _glm(rng, 70_000, [0.5, -1.0], family, groups=8)
     with model, warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        step = pms.ScalableMH()
+        step = pms.ScalableMH(hierarchical="off")  # the joint move's machinery
     assert getattr(step.control, "vmap", None) is not None
     compiled = {k if isinstance(k, str) else k[0] for k in step.engine._compiled}
     assert "ll_diff" not in compiled, compiled

@@ -11,7 +11,11 @@
 * the MH-corrected variant: ``AustereMH(proposal=Langevin(gradient=...))`` samples the
   exact posterior with each estimator (the order-2 control variates make the test exact
   on a Gaussian model), and a mutant that drops the proposal ratio is caught;
-* PyMC citizenship: seeds with cores 1 and 2, settings, schedules, clear errors.
+* PyMC citizenship: seeds with cores 1 and 2, settings, schedules, clear errors;
+* no silent divergence: a diverging transition keeps the last finite values, sets the
+  ``diverging`` stat and warns once per chain; a random intercept per group (centred or
+  non-centred) is refused, naming the steps that sample it, unless
+  ``hierarchical="allow"``.
 """
 
 from __future__ import annotations
@@ -22,11 +26,18 @@ import numpy as np
 import pytest
 
 import pymc_subsample as pms
+from pymc_subsample.engine.analysis import ModelNotSupportedError
 from pymc_subsample.kernels import gradient_estimators as ge
 from pymc_subsample.kernels import sgld as sgld_kernel
 
 from pymc_subsample.testing import ess, mcse_mean, mcse_sd, posterior, sample_stats
-from tests.conftest import linear_regression, run_sample, sampler_warnings
+from tests.conftest import (
+    linear_regression,
+    logistic_data,
+    logistic_model,
+    run_sample,
+    sampler_warnings,
+)
 
 SEED = 20261125
 
@@ -315,6 +326,128 @@ def test_bad_input_is_refused_clearly(conj):
             pms.SGLD(proposal="langevin")
         with pytest.raises(MemoryError, match="gradient='saga'.*gradient='cv'"):
             pms.SGLD(gradient="saga", max_memory=1000)
+
+
+# ====================================================================== divergence
+
+
+def _flat_logistic():
+    X, y = logistic_data(np.random.default_rng(0), 1000, [0.5, -0.5])
+    return logistic_model(X, y)
+
+
+def test_normal_run_has_no_divergence(conj):
+    model, *_ = conj
+    with model:
+        step = pms.SGLD()
+    idata = run_sample(model, step, draws=60, tune=20, chains=2, seed=SEED,
+                       keep_warning_stat=True)
+    div = sample_stats(idata)["diverging"].values
+    assert div.dtype == np.bool_ and div.shape == (2, 60)
+    assert not div.any()
+    assert sampler_warnings(idata, "diverged") == [[], []]
+
+
+@pytest.mark.parametrize("kw, what", [
+    # a Laplace fit (control variates): the move lands ~1e8 Laplace sds away
+    (dict(step_size=1e6, precondition=False), "sds (of the Laplace approximation)"),
+    # no centre, no Laplace fit: caught when the gradient overflows
+    (dict(step_size=1e6, precondition=False, gradient="minibatch"), "not finite"),
+])
+def test_huge_step_size_diverges_visibly_and_keeps_finite_draws(kw, what, caplog):
+    model = _flat_logistic()
+    with model:
+        step = pms.SGLD(**kw)
+    with caplog.at_level("WARNING", logger="pymc"):
+        idata = run_sample(model, step, draws=30, tune=20, chains=2, seed=SEED,
+                           keep_warning_stat=True)
+    ss = sample_stats(idata)
+    div = ss["diverging"].values
+    assert div.dtype == np.bool_ and div[:, -1].all()
+    b = posterior(idata)["b"].values
+    assert np.all(np.isfinite(b))
+    # a diverging transition stays: the draws repeat the last finite values
+    stuck = div[:, 1:]
+    np.testing.assert_array_equal(b[:, 1:][stuck], b[:, :-1][stuck])
+    assert np.all(ss["accepted"].values[div] == 0.0)
+    # one warning per chain after tuning (the step size, the advice), logged by PyMC
+    found = sampler_warnings(idata, "a transition diverged:")
+    assert [len(f) for f in found] == [1, 1], found
+    msg = found[0][0]
+    assert what in msg and "h = 1e+06" in msg and "Lower step_size" in msg
+    assert "Metropolis-Hastings" in msg and "keep precondition=True" in msg
+    logged = [r.getMessage() for r in caplog.records if "a transition diverged" in r.getMessage()]
+    assert len(logged) >= 2  # each chain's, at least once (tuning's warns too)
+
+
+def test_diverging_transition_keeps_the_state():
+    """The step itself, one transition a draw: a move that runs away is not made."""
+    model = _flat_logistic()
+    with model:
+        step = pms.SGLD(step_size=1e6, precondition=False, init="model")
+    step.set_rng(np.random.default_rng(1))
+    point = model.initial_point()
+    new, stats = step.step(dict(point))
+    np.testing.assert_array_equal(new["b"], point["b"])
+    assert stats[0]["diverging"] is True and stats[0]["accepted"] == 0.0
+    assert stats[0]["warning"] is not None
+
+
+# ====================================================================== hierarchical models
+
+
+def _hierarchical_logistic(centred, n=2000, groups=10, seed=3):
+    """``logit p = a[g] + X @ beta`` with ``a ~ Normal(mu, tau)`` (centred) or ``a = mu +
+    tau * z``, ``z ~ Normal(0, 1)``; ``g`` and ``X`` in ``pm.Data``."""
+    import pymc as pm
+
+    rng = np.random.default_rng(seed)
+    g = rng.integers(0, groups, n)
+    X = rng.normal(size=(n, 2))
+    eta = -0.5 + 0.8 * rng.normal(size=groups)[g] + X @ np.array([0.5, -0.3])
+    y = (rng.random(n) < 1.0 / (1.0 + np.exp(-eta))).astype(np.int64)
+    with pm.Model() as model:
+        g_data, X_data = pm.Data("g", g), pm.Data("X", X)
+        mu = pm.Normal("mu", 0.0, 2.0)
+        tau = pm.HalfNormal("tau", 1.0)
+        beta = pm.Normal("beta", 0.0, 2.0, shape=2)
+        if centred:
+            a = pm.Normal("a", mu, tau, shape=groups)
+        else:
+            a = mu + tau * pm.Normal("z", 0.0, 1.0, shape=groups)
+        pm.Bernoulli("y", logit_p=a[g_data] + X_data @ beta, observed=y)
+    return model
+
+
+@pytest.mark.parametrize("centred, group_var", [(True, "a"), (False, "z")])
+def test_random_intercept_is_refused_unless_allowed(centred, group_var):
+    model = _hierarchical_logistic(centred)
+    with model:
+        with pytest.raises(ModelNotSupportedError) as err:
+            pms.SGLD()
+        msg = str(err.value)
+        assert f"'{group_var}'" in msg and "10 groups" in msg and "'g'" in msg
+        for words in ("funnel", "AustereMH", "BarkerMinibatch", "ScalableMH",
+                      "hierarchical='allow'"):
+            assert words in msg, (words, msg)
+        step = pms.SGLD(hierarchical="allow")
+    assert step.hierarchical == "allow"
+
+
+def test_group_recognition_that_fails_counts_as_none(monkeypatch):
+    def broken(engine, q0=None):
+        raise RuntimeError("not today")
+
+    monkeypatch.setattr("pymc_subsample.engine.groups.find_groups", broken)
+    with _hierarchical_logistic(True):
+        # no centre to search (the cheap set-up): the step builds
+        pms.SGLD(gradient="minibatch", precondition=False, step_size=1e-4)
+
+
+def test_hierarchical_argument_is_checked(conj):
+    model, *_ = conj
+    with model, pytest.raises(ValueError, match="hierarchical must be 'refuse' or 'allow'"):
+        pms.SGLD(hierarchical="yes")
 
 
 # ====================================================================== MH-corrected
