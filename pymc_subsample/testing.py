@@ -345,8 +345,8 @@ def hierarchical_model(data, *, centred=True, family="bernoulli"):
     ``mu ~ Normal(0, 1.5)``, ``tau ~ HalfNormal(1)``, ``beta ~ Normal(0, 1)`` (dims
     ``"feature"``); centred: ``a ~ Normal(mu, tau)`` (dims ``"group"``); non-centred:
     ``z ~ Normal(0, 1)`` and ``a = mu + tau * z`` (a ``Deterministic``), both dims
-    ``"group"``. ``eta = a[group] + X @ beta`` with ``group`` and ``X`` as ``pm.Data``
-    (``"group"`` dims ``"obs"``; ``"X"`` dims ``("obs", "feature")``) and the observed
+    ``"group"``. ``eta = a[g] + X @ beta`` with the group index ``g`` and ``X`` as
+    ``pm.Data`` (``"g"`` dims ``"obs"``; ``"X"`` dims ``("obs", "feature")``) and the observed
     ``y`` (dims ``"obs"``) ``Bernoulli(logit_p=eta)`` or ``Poisson(mu=exp(eta))``.
 
     Parameters
@@ -386,7 +386,7 @@ def hierarchical_model(data, *, centred=True, family="bernoulli"):
     coords = {"group": np.arange(n_groups), "obs": np.arange(X.shape[0]),
               "feature": np.arange(X.shape[1])}
     with pm.Model(coords=coords) as model:
-        group_d = pm.Data("group", group, dims="obs")
+        group_d = pm.Data("g", group, dims="obs")  # "group" is the dim of the effects
         X_d = pm.Data("X", X, dims=("obs", "feature"))
         mu = pm.Normal("mu", 0.0, 1.5)
         tau = pm.HalfNormal("tau", 1.0)

@@ -7,7 +7,7 @@ effects ``beta``, and group effects ``a_g`` that are conditionally independent g
 their hyperparameters. Every move of the sweep changes ``beta`` or ``a`` (or neither) and
 needs the difference of the log-likelihood between two points. It is split three ways:
 
-* rows of **small groups** (at most ``exact_rows`` rows) are evaluated exactly, from
+* rows of **small groups** (at most ``exact_rows`` rows, 16 by default) are evaluated exactly, from
   arrays kept in memory at set-up: their cost per move is bounded by
   ``exact_rows x number of groups`` whatever ``N``;
 * rows of **large groups** contribute the difference of their second-order Taylor
@@ -193,9 +193,17 @@ def thinned_rejections(family, params, y, eta, eta_new, eta_hat, bound, rng):
 
 
 def small_diff(small: SmallRows, family, params, db, a, db_new, a_new, n_groups):
-    """``sum_i l_i(eta') - l_i(eta)`` per group over the small groups' rows."""
+    """``sum_i l_i(eta') - l_i(eta)`` per group over the small groups' rows (only the rows
+    of groups whose effect moved, when the fixed effects did not)."""
     if small.size == 0:
         return np.zeros(n_groups)
+    if np.array_equal(db, db_new):
+        keep = (a != a_new)[small.group]
+        if not np.any(keep):
+            return np.zeros(n_groups)
+        if not np.all(keep):
+            small = SmallRows(small.f_hat[keep], small.x[keep], small.y[keep],
+                              small.group[keep])
     e0, e1 = small.eta(db, a), small.eta(db_new, a_new)
     l = row_loglik(family, np.stack([e0, e1]), small.y, params, derivatives=0)[0]
     return np.bincount(small.group, weights=l[1] - l[0], minlength=n_groups)
@@ -223,8 +231,9 @@ def eb_fit(stats_fn, beta0, a0, n_groups, *, prior_prec_beta=1.0, tau0=1.0, mu0=
 
     Returns
     -------
-    beta, a, mu, tau, cov_beta
-        ``cov_beta``: the conditional covariance of ``beta`` given ``a`` at the centre.
+    beta, a, mu, tau, cov_beta, cov_beta_marginal
+        The covariances of ``beta`` at the centre given ``a`` and with ``a`` integrated
+        out (the inverse of the Schur complement), under the Gaussian approximation.
     """
     beta, a = np.array(beta0, dtype=np.float64), np.array(a0, dtype=np.float64)
     mu, tau = float(mu0), float(tau0)
@@ -252,5 +261,8 @@ def eb_fit(stats_fn, beta0, a0, n_groups, *, prior_prec_beta=1.0, tau0=1.0, mu0=
         tau = float(math.sqrt(max(np.mean((a - mu) ** 2 + 1.0 / h), 1e-12)))
     s1, s2, s2x, s1x, s2xx = stats_fn(beta, a)
     A = -s2xx + prior_prec_beta * np.eye(p)
-    cov_beta = np.linalg.inv(A) if p else np.zeros((0, 0))
-    return beta, a, mu, tau, cov_beta
+    D = -s2 + 1.0 / tau**2
+    B = -s2x.T
+    if not p:
+        return beta, a, mu, tau, np.zeros((0, 0)), np.zeros((0, 0))
+    return beta, a, mu, tau, np.linalg.inv(A), np.linalg.inv(A - (B / D) @ B.T)

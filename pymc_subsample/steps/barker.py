@@ -58,7 +58,7 @@ class BarkerMinibatch(GrowingBatchStep):
         tuned towards an acceptance rate of 0.234, its scale capped at twice the start).
     error : {"acceptance", "lemma3"}, default "acceptance"
         Which CLT error estimate ``delta`` bounds.
-    steps_per_draw : int, default 3
+    steps_per_draw : int, optional
         Barker transitions per PyMC draw (see :class:`~pymc_subsample.steps.base.SubsampleStep`).
         Barker's acceptance probability ``pi' / (pi + pi')`` is at least half of
         Metropolis's ``min(1, pi' / pi)`` and at most equal to it (never above 1/2 even
@@ -69,7 +69,8 @@ class BarkerMinibatch(GrowingBatchStep):
         handling of a draw, so several per draw raise the ESS per second: measured on the
         README demo (N = 10^6) and on a logistic, a hierarchical logistic and a Student-t
         regression, 3 gave 3-25% more ESS per second of sampling than 2 (and 2 more than
-        1). 1 gives the paper's chain.
+        1). 1 gives the paper's chain. Default (None): 3, or 1 sweep per draw when the
+        blocked hierarchical sweep runs (``hierarchical=``).
 
     Notes
     -----
@@ -111,7 +112,7 @@ class BarkerMinibatch(GrowingBatchStep):
         tune=True,
         model=None,
         error="acceptance",
-        steps_per_draw=3,
+        steps_per_draw=None,
         **kwargs,
     ):
         self.delta = check_positive("delta", delta, finite=False, strict=True,
@@ -133,11 +134,14 @@ class BarkerMinibatch(GrowingBatchStep):
                 "BarkerMinibatch draws rows uniformly without replacement (its variance "
                 "estimate and Lemma 3 assume it); sampling='importance' is AustereMH's."
             )
+        #: the blocked hierarchical sweep makes one sweep per draw unless told otherwise
+        self._steps_per_draw_default = steps_per_draw is None
         self.correction = default_correction()
         self._r_max = self.correction.max_density
         super().__init__(
             vars, batch_size=batch_size, batch_increment=batch_increment, proposal=proposal,
-            scaling=scaling, tune=tune, model=model, steps_per_draw=steps_per_draw, **kwargs,
+            scaling=scaling, tune=tune, model=model,
+            steps_per_draw=3 if steps_per_draw is None else steps_per_draw, **kwargs,
         )
 
     def settings(self) -> dict:

@@ -16,17 +16,24 @@ test with Poisson thinning of Cornish et al. 2019, Algorithm 2):
    curvature, tuned per group;
 2. **hyperparameters given the group effects** (the sufficient, centred augmentation):
    no data row is read;
-3. **fixed effects given the group effects**: a random walk with the conditional
-   covariance at the centre, tuned;
-4. **hyperparameters given the standardised effects** ``z = (a - loc) / scale`` (the
-   ancillary, non-centred augmentation), the effects moving with them.
+3. **hyperparameters with the group effects integrated out**, in effect: the data-rich
+   groups' effects redrawn from a Gaussian approximation of their conditional, the
+   data-poor ones moved at fixed ``z`` (a marginal Metropolis-Hastings move, exact through
+   the proposal densities in its ratio);
+4. **fixed effects given the group effects**, by a random walk with their conditional
+   covariance at the centre, and **fixed effects with the rich groups' effects redrawn**
+   (their covariance with the group effects integrated out);
+5. **hyperparameters given the standardised effects** ``z = (a - loc) / scale`` of the
+   data-poor groups (the ancillary, non-centred augmentation), those effects moving with
+   them.
 
-Moves 2 and 4 together are the ancillarity-sufficiency interweaving of Yu and Meng (2011,
+Moves 2 and 5 together are the ancillarity-sufficiency interweaving of Yu and Meng (2011,
 "To center or not to center: that is not the question -- an ancillarity-sufficiency
-interweaving strategy (ASIS) for boosting MCMC efficiency"): the sweep mixes whether the
-groups are rich or poor in data, and the centred and non-centred forms of a model run
-the same chain in different coordinates. The cost per sweep is bounded by the rows of
-the small groups plus the thinning's events: it does not grow with ``N``.
+interweaving strategy (ASIS) for boosting MCMC efficiency"), applied per group as the
+data-poor groups call for the non-centred form and the rich ones for the centred form;
+the centred and non-centred forms of a model run the same chain in different
+coordinates. The cost per sweep is bounded by the rows of the small groups plus the
+thinning's events: it does not grow with ``N``.
 
 The centre of the Taylor sums is a proper one: the mode of ``(beta, a)`` at an empirical-
 Bayes group scale (:func:`~pymc_subsample.kernels.hierarchical.eb_fit`), never the
@@ -71,6 +78,7 @@ class SweepState:
     log_hyper: float = 0.0
     log_anc: float = 0.0
     log_marg: float = 0.0
+    log_fixed_marg: float = 0.0
     n_tuned: int = 0
     hyper_sum: np.ndarray = None
     hyper_sq: np.ndarray = None
@@ -105,14 +113,15 @@ class HierarchicalSweep:
         Moves per sweep: ``groups``, ``hyper`` (data-free), ``fixed``, ``ancillary``.
     """
 
-    DEFAULT_MOVES = {"groups": 2, "hyper": 4, "marginal": 3, "fixed": 3, "ancillary": 3}
+    DEFAULT_MOVES = {"groups": 2, "hyper": 4, "marginal": 3, "fixed": 2, "fixed_marginal": 2,
+                     "ancillary": 3}
 
-    def __init__(self, engine, structure, *, exact_rows: int = 50, moves=None):
+    def __init__(self, engine, structure, *, exact_rows: int = 16, moves=None):
         self.engine, self.s = engine, structure
         self.exact_rows = int(exact_rows)
         defaults = dict(self.DEFAULT_MOVES)
         # a random walk in p dimensions moves about 1/p as far per step
-        defaults["fixed"] = max(defaults["fixed"], math.ceil(structure.fixed_idx.size / 2))
+        defaults["fixed"] = max(defaults["fixed"], math.ceil(structure.fixed_idx.size / 3))
         self.moves = {**defaults, **(moves or {})}
         self.groups = GroupRows(structure.group_of_row, structure.n_groups)
         self.large = self.groups.sizes > self.exact_rows
@@ -202,7 +211,7 @@ class HierarchicalSweep:
         s = self.s
         beta0 = self.q_template[s.fixed_idx]
         prec = self._prior_precision_beta()
-        beta, a, mu, tau, cov_beta = eb_fit(
+        beta, a, mu, tau, cov_beta, cov_marg = eb_fit(
             lambda b, a_: self._pass(b, a_), beta0, np.zeros(s.n_groups), s.n_groups,
             prior_prec_beta=prec)
         self.taylor, self.small = self._pass(beta, a, centre=True)
@@ -210,12 +219,17 @@ class HierarchicalSweep:
         self.cov_beta = cov_beta
         self.chol_beta = (np.linalg.cholesky(cov_beta) if cov_beta.size
                           else np.zeros((0, 0)))
+        self.chol_beta_marginal = (np.linalg.cholesky(cov_marg) if cov_marg.size
+                                   else np.zeros((0, 0)))
         # conditional curvature of each group effect at the centre (its proposal scale)
         self.curv = self.curv_all = np.maximum(-self.taylor.s2, 0.0)
         self.center_q = self.s.with_effects(self._q_beta(beta), a)
         #: groups whose data say less than the prior at the empirical-Bayes scale: their
         #: effects follow the hyperparameters in the ancillary move
         self.poor = self.curv * tau**2 < 1.0
+        #: groups whose data say ten times more than the prior, with a Taylor expansion
+        #: (large groups): their effects are redrawn in the marginal move
+        self.rich = (self.curv * tau**2 >= 10.0) & self.large
 
     def _prior_precision_beta(self) -> float:
         """The prior precision of the fixed effects for the centre's ridge: the median of
@@ -362,6 +376,7 @@ class HierarchicalSweep:
                  ("hyper", lambda q: self._move_hyper(q, rng, prior, tune)),
                  ("marginal", lambda q: self._move_marginal(q, rng, prior, tune)),
                  ("fixed", lambda q: self._move_fixed(q, rng, prior, tune)),
+                 ("fixed_marginal", lambda q: self._move_fixed_marginal(q, rng, prior, tune)),
                  ("ancillary", lambda q: self._move_ancillary(q, rng, prior, tune)))
         for kind, move in moves:
             for _ in range(self.moves[kind]):
@@ -417,6 +432,29 @@ class HierarchicalSweep:
         data row is read."""
         return self._hyper_move(q, rng, prior, tune, None, "log_hyper")
 
+    def _decide_joint(self, q, q_new, moves, log_r, rng, tune, factor):
+        """Accept or reject a move of several blocks: ``moves = (db, a, db_new, a_new)``
+        (None: no data term), ``log_r`` its data-free log ratio (NaN or -inf rejects
+        without reading data); tunes the chain's scale ``factor`` toward 0.3 acceptance.
+        Returns ``(state, rows read, accepted)``."""
+        st = self.state
+        ok, used = False, 0
+        if log_r == log_r and log_r > -np.inf:
+            log_u = math.log(rng.random())
+            if moves is None:
+                ok = log_u < min(log_r, 0.0)
+            else:
+                ok, used = self._data_test(*moves, log_u, log_r, rng, per_group=False)
+        if tune:
+            setattr(st, factor, float(_robbins_monro(getattr(st, factor), ok, 0.3,
+                                                     st.n_tuned)))
+        return (q_new if ok else q), used, float(ok)
+
+    def _redraw_log_ratio(self, a, a_new, old, new, mask) -> float:
+        """``log q(a | old) - log q(a_new | new)`` over ``mask``, with ``old``, ``new`` the
+        ``(mean, sd)`` of the Gaussian conditionals the effects are redrawn from."""
+        return float(np.sum((normal_logpdf(a, *old) - normal_logpdf(a_new, *new))[mask]))
+
     def _move_fixed(self, q, rng, prior, tune):
         """Fixed effects given the group effects (all rows: Taylor sums and thinning)."""
         st, s = self.state, self.s
@@ -427,16 +465,10 @@ class HierarchicalSweep:
         q_new = q.copy()
         q_new[s.fixed_idx] += step * (self.chol_beta @ rng.standard_normal(p))
         a = self._effects(q)
-        log_prior = prior(q_new) - prior(q)
-        ok, used = False, 0
-        if log_prior == log_prior and log_prior > -np.inf:
-            db = q[s.fixed_idx] - self.taylor.beta_hat
-            db_new = q_new[s.fixed_idx] - self.taylor.beta_hat
-            ok, used = self._data_test(db, a, db_new, a, math.log(rng.random()), log_prior,
-                                       rng, per_group=False)
-        if tune:
-            st.log_fixed = float(_robbins_monro(st.log_fixed, ok, 0.3, st.n_tuned))
-        return (q_new if ok else q), used, float(ok)
+        db = q[s.fixed_idx] - self.taylor.beta_hat
+        db_new = q_new[s.fixed_idx] - self.taylor.beta_hat
+        return self._decide_joint(q, q_new, (db, a, db_new, a), prior(q_new) - prior(q),
+                                  rng, tune, "log_fixed")
 
     def _move_ancillary(self, q, rng, prior, tune):
         """Hyperparameters given ``z_g = (a_g - loc_g) / scale_g`` of the groups poor in
@@ -445,15 +477,19 @@ class HierarchicalSweep:
         return self._hyper_move(q, rng, prior, tune, self.poor, "log_anc")
 
     def _move_marginal(self, q, rng, prior, tune):
-        """Hyperparameters and every group effect at once: a random-walk step of the
-        hyperparameters, then each effect drawn from its conditional under a Gaussian
-        approximation of its group's likelihood (from the Taylor sums at the centre),
-        accepted by the factorised test with the proposal densities in the ratio.
+        """Hyperparameters and the group effects together: a random-walk step of the
+        hyperparameters; each data-rich group's effect drawn afresh from its conditional
+        under a Gaussian approximation of its likelihood (the Taylor sums at the centre),
+        each data-poor group's effect moved at fixed ``z`` (as in the ancillary move), the
+        others held; accepted by the factorised test with the proposal densities in the
+        ratio.
 
-        The group effects are in effect integrated out of the hyperparameters' move, so
-        the scale moves as far as its marginal posterior allows, rich groups or poor (a
-        marginal, or collapsed, Metropolis-Hastings update; the ratio keeps it exact
-        whatever the quality of the approximation)."""
+        The rich groups' effects are in effect integrated out of the hyperparameters'
+        move (a marginal, or collapsed, Metropolis-Hastings update), so the scale moves
+        as far as its marginal posterior allows; the ratio keeps the move exact whatever
+        the quality of the approximation. In the coordinates ``(beta, h, a_rich,
+        z_poor)`` the target is the density in ``q`` times ``prod_poor scale_g`` (centred
+        ``q``) or ``prod_{not poor} 1 / scale_g`` (non-centred ``q``)."""
         st, s = self.state, self.s
         if s.hyper_idx.size == 0:
             return q, 0, 1.0
@@ -462,25 +498,50 @@ class HierarchicalSweep:
         q_new = q.copy()
         q_new[s.hyper_idx] += self._hyper_step(rng, st.log_marg)
         loc_new, scale_new = self._loc_scale(q_new)
-        ok, used = False, 0
-        if np.all(np.isfinite(scale_new)) and np.all(scale_new > 0):
-            db = q[s.fixed_idx] - self.taylor.beta_hat
-            b, prec = self._gaussian_likelihood(db)
-            m_new, sd_new = _conditional(b, prec, loc_new, scale_new)
-            a_new = m_new + sd_new * rng.standard_normal(a.size)
-            m_old, sd_old = _conditional(b, prec, loc, scale)
-            q_new = s.with_effects(q_new, a_new, (loc_new, scale_new))
-            log_r = prior(q_new) - prior(q)
-            if not s.centred:  # the density of a in a non-centred q: 1 / prod scale
-                log_r -= float(np.sum(np.log(scale_new) - np.log(scale)))
-            log_r += float(np.sum(normal_logpdf(a, m_old, sd_old)
-                                  - normal_logpdf(a_new, m_new, sd_new)))
-            if log_r == log_r and log_r > -np.inf:
-                ok, used = self._data_test(db, a, db, a_new, math.log(rng.random()), log_r,
-                                           rng, per_group=False)
-        if tune:
-            st.log_marg = float(_robbins_monro(st.log_marg, ok, 0.3, st.n_tuned))
-        return (q_new if ok else q), used, float(ok)
+        if not (np.all(np.isfinite(scale_new)) and np.all(scale_new > 0)):
+            return self._decide_joint(q, q, None, -np.inf, rng, tune, "log_marg")
+        rich, poor = self.rich, self.poor
+        db = q[s.fixed_idx] - self.taylor.beta_hat
+        b, prec = self._gaussian_likelihood(db)
+        new = _conditional(b, prec, loc_new, scale_new)
+        old = _conditional(b, prec, loc, scale)
+        drawn = new[0] + new[1] * rng.standard_normal(a.size)
+        a_new = np.where(poor, loc_new + scale_new * (a - loc) / scale,
+                         np.where(rich, drawn, a))
+        q_new = s.with_effects(q_new, a_new, (loc_new, scale_new))
+        log_s = np.log(scale_new) - np.log(scale)
+        log_r = (prior(q_new) - prior(q)
+                 + (float(np.sum(log_s[poor])) if s.centred else -float(np.sum(log_s[~poor])))
+                 + self._redraw_log_ratio(a, a_new, old, new, rich))
+        return self._decide_joint(q, q_new, (db, a, db, a_new), log_r, rng, tune, "log_marg")
+
+    def _move_fixed_marginal(self, q, rng, prior, tune):
+        """Fixed effects and the data-rich groups' effects together: a random-walk step
+        of the fixed effects with their covariance with the group effects integrated out
+        (the Schur complement at the centre), each rich group's effect redrawn from its
+        Gaussian conditional given the new fixed effects, the others held; exact by the
+        factorised test with the proposal densities in the ratio (a fixed effect that
+        the group effects confound, an intercept-like covariate, moves as far as its
+        marginal posterior allows)."""
+        st, s = self.state, self.s
+        p = s.fixed_idx.size
+        if p == 0 or not np.any(self.rich):
+            return q, 0, 1.0
+        loc, scale = self._loc_scale(q)
+        a = self._effects(q, (loc, scale))
+        step = math.exp(st.log_fixed_marg) * 2.38 / math.sqrt(p)
+        q_new = q.copy()
+        q_new[s.fixed_idx] += step * (self.chol_beta_marginal @ rng.standard_normal(p))
+        db = q[s.fixed_idx] - self.taylor.beta_hat
+        db_new = q_new[s.fixed_idx] - self.taylor.beta_hat
+        rich = self.rich
+        old = _conditional(*self._gaussian_likelihood(db), loc, scale)
+        new = _conditional(*self._gaussian_likelihood(db_new), loc, scale)
+        a_new = np.where(rich, new[0] + new[1] * rng.standard_normal(a.size), a)
+        q_new = s.with_effects(q_new, a_new, (loc, scale))
+        log_r = prior(q_new) - prior(q) + self._redraw_log_ratio(a, a_new, old, new, rich)
+        return self._decide_joint(q, q_new, (db, a, db_new, a_new), log_r, rng, tune,
+                                  "log_fixed_marg")
 
     def _gaussian_likelihood(self, db):
         """``(b, P)``: each group's log-likelihood in ``a_g`` approximated by
@@ -507,28 +568,16 @@ class HierarchicalSweep:
         q_new = q.copy()
         q_new[s.hyper_idx] += self._hyper_step(rng, getattr(st, factor))
         loc_new, scale_new = self._loc_scale(q_new)
-        ok, used = False, 0
-        if np.all(np.isfinite(scale_new)) and np.all(scale_new > 0):
-            if moved is None:
-                a_new = a
-            else:
-                a_new = np.where(moved, loc_new + scale_new * (a - loc) / scale, a)
-            q_new = s.with_effects(q_new, a_new, (loc_new, scale_new))
-            log_r = prior(q_new) - prior(q)
-            log_s = np.log(scale_new) - np.log(scale)
-            if s.centred:
-                log_r += 0.0 if moved is None else float(np.sum(log_s[moved]))
-            else:
-                log_r -= float(np.sum(log_s if moved is None else log_s[~moved]))
-            if log_r == log_r and log_r > -np.inf:
-                log_u = math.log(rng.random())
-                if moved is None or not np.any(moved):
-                    ok = log_u < min(log_r, 0.0)
-                else:
-                    db = q[s.fixed_idx] - self.taylor.beta_hat
-                    ok, used = self._data_test(db, a, db, a_new, log_u, log_r, rng,
-                                               per_group=False)
-        if tune:
-            setattr(st, factor, float(_robbins_monro(getattr(st, factor), ok, 0.3,
-                                                     st.n_tuned)))
-        return (q_new if ok else q), used, float(ok)
+        if not (np.all(np.isfinite(scale_new)) and np.all(scale_new > 0)):
+            return self._decide_joint(q, q, None, -np.inf, rng, tune, factor)
+        if moved is None or not np.any(moved):
+            moved, a_new = np.zeros(a.size, bool), a
+        else:
+            a_new = np.where(moved, loc_new + scale_new * (a - loc) / scale, a)
+        q_new = s.with_effects(q_new, a_new, (loc_new, scale_new))
+        log_s = np.log(scale_new) - np.log(scale)
+        log_r = prior(q_new) - prior(q) + (float(np.sum(log_s[moved])) if s.centred
+                                           else -float(np.sum(log_s[~moved])))
+        db = q[s.fixed_idx] - self.taylor.beta_hat
+        data = (db, a, db, a_new) if np.any(moved) else None
+        return self._decide_joint(q, q_new, data, log_r, rng, tune, factor)

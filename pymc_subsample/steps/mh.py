@@ -145,6 +145,9 @@ class MHStep(SubsampleStep):
         if self._hierarchical_arg == "off":
             self.hierarchy = "hierarchical='off'"
             return False
+        if self.loglik_weight != 1.0:
+            self.hierarchy = "a tempered target (temperature != 1) keeps the joint move"
+            return False
         if (self._proposal_arg is not None or self._scaling_arg is not None
                 or self._proposal_kwargs):
             self.hierarchy = "proposal=, scaling= or proposal_kwargs= configures the joint move"
@@ -157,6 +160,8 @@ class MHStep(SubsampleStep):
         if isinstance(found, str):
             return False
         self.sweep = HierarchicalSweep(self.engine, found)
+        if getattr(self, "_steps_per_draw_default", False):  # a step's own default
+            self.steps_per_draw = 1
         self.proposal = self.sweep  # its chain state travels as the proposal's
         self.control = NoControlVariate(self.engine)
         self._sweep_attributes()

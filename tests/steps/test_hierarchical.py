@@ -73,7 +73,7 @@ def test_structure_found(centred):
     np.testing.assert_allclose(scale, np.exp(0.3))  # tau's log transform
     a = s.effects(q)
     np.testing.assert_allclose(s.with_effects(q, a), q)
-    assert "12 groups" in s.describe() and "'group'" in s.describe()
+    assert "12 groups" in s.describe() and "'g'" in s.describe()
 
 
 def test_structure_from_numpy_indices_and_scalar_slope():
@@ -137,7 +137,7 @@ def test_eb_fit_is_a_proper_centre():
     def stats(beta, a):
         return b - prec * a, -prec, np.zeros((G, 0)), np.zeros(0), np.zeros((0, 0))
 
-    _, a, mu, tau, _ = eb_fit(stats, np.zeros(0), np.zeros(G), G)
+    _, a, mu, tau, _, _ = eb_fit(stats, np.zeros(0), np.zeros(G), G)
     assert tau > 0.05 and np.all(np.abs(a) < 1e-6) and abs(mu) < 1e-9
 
 
@@ -227,6 +227,17 @@ def test_steps_run_the_sweep(step):
     with pytest.raises(ValueError, match="hierarchical"):
         with model:
             getattr(pms, step)(hierarchical="yes")
+
+
+def test_tempered_target_keeps_the_joint_move():
+    """The sweep samples the untempered posterior: a temperature keeps the joint move."""
+    model, _ = _small(True)
+    with model:
+        step = pms.BarkerMinibatch(temperature=2.0)
+    assert step.sweep is None and "tempered" in step.hierarchy
+    with model:
+        assert pms.BarkerMinibatch().steps_per_draw == 1  # one sweep per draw
+        assert pms.BarkerMinibatch(hierarchical="off").steps_per_draw == 3
 
 
 def _draws(model, step_cls, n=150, seed=3, **kwargs):
@@ -359,3 +370,33 @@ def test_collapsed_scale_warns_with_advice():
     step._check_collapse(q)
     (warning,) = step.chain.warnings.pending
     assert "'tau' has collapsed" in warning.message and "hierarchical='auto'" in warning.message
+
+
+def test_unused_group_and_group_level_predictor():
+    """A hostile layout: one group with no rows at all, a group-level covariate in the
+    effects' location (``a ~ Normal(mu + gamma * w, tau)``), an outlying covariate row.
+    The sweep runs, the empty group's effect follows its prior given the hyperparameters
+    (its draws minus their location have the scale's sd)."""
+    rng = np.random.default_rng(4)
+    n, G = 2000, 8
+    g = rng.integers(0, G - 1, n)  # group G-1 has no rows
+    x = rng.normal(size=n)
+    x[0] = 40.0
+    w = rng.normal(size=G)
+    y = rng.binomial(1, 0.4, n)
+    with pm.Model() as model:
+        mu = pm.Normal("mu", 0, 1)
+        gamma = pm.Normal("gamma", 0, 1)
+        tau = pm.HalfNormal("tau", 1)
+        a = pm.Normal("a", mu + gamma * w, tau, shape=G)
+        b = pm.Normal("b", 0, 1)
+        pm.Bernoulli("y", logit_p=a[g] + b * x, observed=y)
+        step = pms.ScalableMH()
+        assert step.sweep is not None and step.sweep.s.hyper_names == ["mu", "gamma", "tau"]
+        idata = pm.sample(step=step, draws=400, tune=400, chains=1, random_seed=3,
+                          progressbar=False, compute_convergence_checks=False)
+    post = posterior(idata)
+    resid = (post["a"].values[..., G - 1] - post["mu"].values
+             - post["gamma"].values * w[G - 1]) / post["tau"].values
+    assert np.all(np.isfinite(resid))
+    assert abs(resid.mean()) < 0.3 and 0.7 < resid.std() < 1.3
