@@ -83,7 +83,6 @@ class SweepState:
     n_tuned: int = 0
     hyper_sum: np.ndarray = None
     hyper_sq: np.ndarray = None
-    collapse_draws: int = 0
     started: bool = False
     hyper_chol: np.ndarray = None
     stats: dict = field(default_factory=dict)

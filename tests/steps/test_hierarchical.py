@@ -143,7 +143,7 @@ def test_eb_fit_is_a_proper_centre():
 
 def _exact_accept(sweep, db, a, db_new, a_new, extra, *, per_group):
     """The factorised acceptance probability from every row (the thinning's target)."""
-    s, t = sweep.s, sweep.taylor
+    s = sweep.s
     eng = sweep.engine
     rows = np.arange(eng.n_rows)
     y, (e0, e1), eh = sweep._rows_eta(rows, (db, db_new), (a, a_new))
@@ -384,7 +384,7 @@ def test_unused_group_and_group_level_predictor():
     x[0] = 40.0
     w = rng.normal(size=G)
     y = rng.binomial(1, 0.4, n)
-    with pm.Model() as model:
+    with pm.Model():
         mu = pm.Normal("mu", 0, 1)
         gamma = pm.Normal("gamma", 0, 1)
         tau = pm.HalfNormal("tau", 1)
