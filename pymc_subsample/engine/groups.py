@@ -105,12 +105,13 @@ class GroupStructure:
         return (np.broadcast_to(np.asarray(loc, dtype=np.float64), shape),
                 np.broadcast_to(np.asarray(scale, dtype=np.float64), shape))
 
-    def effects(self, q) -> np.ndarray:
-        """The group effects ``a`` (the centred coordinates) at ``q``."""
+    def effects(self, q, loc_scale=None) -> np.ndarray:
+        """The group effects ``a`` (the centred coordinates) at ``q`` (``loc_scale``:
+        those of ``q``, when already computed)."""
         c = np.asarray(q, dtype=np.float64)[self.group_idx]
         if self.centred:
             return c.copy()
-        loc, scale = self.loc_scale(q)
+        loc, scale = self.loc_scale(q) if loc_scale is None else loc_scale
         return loc + scale * c
 
     def with_effects(self, q, a, loc_scale=None) -> np.ndarray:
@@ -161,11 +162,6 @@ def _gathers(eta, is_param, data_vars):
             continue
         found.append(node)
     return found
-
-
-def _var_slices(engine):
-    """``{value variable: positions in q}`` in the engine's raveled order."""
-    return engine.var_slices()
 
 
 def _rv_name(model, value_var) -> str:
@@ -225,7 +221,7 @@ def find_groups(engine, q0=None):
                 "random intercept is covered)")
     node = gathers[0]
     x_vec, idx = node.inputs
-    slices = _var_slices(engine)
+    slices = engine.var_slices()
     value_vars = set(model.value_vars)
     x_values = [a for a in ancestors([x_vec]) if a in value_vars]
     mine = [v for v in x_values if v in slices]

@@ -146,17 +146,8 @@ class HierarchicalSweep:
         if self._cache is not None:
             o, X, y = self._cache
             return o[start:stop], X[start:stop], y[start:stop], self.s.group_of_row[start:stop]
-        data = self.engine.gather_slice(start, stop)
-        beta0 = self.q_template[self.s.fixed_idx]
-        q0 = self.q_template
-        f0 = self.s.fixed_part(q0, data)
-        cols = []
-        for j in self.s.fixed_idx:
-            e = q0.copy()
-            e[j] += 1.0
-            cols.append(self.s.fixed_part(e, data) - f0)
-        X = np.column_stack(cols) if cols else np.zeros((f0.size, 0))
-        return (f0 - X @ beta0, X, self.s.y(data), self.s.group_of_row[start:stop])
+        o, X, y = self._design_from(self.engine.gather_slice(start, stop))
+        return o, X, y, self.s.group_of_row[start:stop]
 
     def _build_cache(self):
         n, p = self.engine.n_rows, self.s.fixed_idx.size
@@ -307,11 +298,11 @@ class HierarchicalSweep:
         return self._ls[1]
 
     def _effects(self, q, loc_scale=None):
-        c = q[self.s.group_idx]
+        """The group effects at ``q`` (:meth:`GroupStructure.effects` with the cached
+        ``(loc, scale)``)."""
         if self.s.centred:
-            return c.copy()
-        loc, scale = self._loc_scale(q) if loc_scale is None else loc_scale
-        return loc + scale * c
+            return self.s.effects(q)
+        return self.s.effects(q, self._loc_scale(q) if loc_scale is None else loc_scale)
 
     # ------------------------------------------------------------------ the data terms
     def _rows_eta(self, rows, db_pairs, a_pairs):
@@ -321,7 +312,7 @@ class HierarchicalSweep:
             o, X, y = (c[rows] for c in self._cache)
         else:
             data = self.engine.gather(rows)
-            o, X, y, _ = self._design_from(data)
+            o, X, y = self._design_from(data)
         g = self.s.group_of_row[rows]
         beta_hat = self.taylor.beta_hat
         etas = [o + X @ (beta_hat + db) + a[g] for db, a in zip(db_pairs, a_pairs)]
@@ -329,6 +320,8 @@ class HierarchicalSweep:
         return y, etas, eta_hat
 
     def _design_from(self, data):
+        """``(o, X, y)`` of the rows in ``data``: ``f_i = o_i + X_i . beta``, the columns
+        of ``X`` exact differences (``f`` is affine in the fixed effects)."""
         beta0 = self.q_template[self.s.fixed_idx]
         f0 = self.s.fixed_part(self.q_template, data)
         cols = []
@@ -337,7 +330,7 @@ class HierarchicalSweep:
             e[j] += 1.0
             cols.append(self.s.fixed_part(e, data) - f0)
         X = np.column_stack(cols) if cols else np.zeros((f0.size, 0))
-        return f0 - X @ beta0, X, self.s.y(data), None
+        return f0 - X @ beta0, X, self.s.y(data)
 
     def _data_test(self, db, a, db_new, a_new, log_u, extra, rng, *, per_group):
         """The factorised test of a move of ``(beta, a)``: exact small groups, Taylor sums
@@ -497,15 +490,11 @@ class HierarchicalSweep:
         the quality of the approximation. In the coordinates ``(beta, h, a_rich,
         z_poor)`` the target is the density in ``q`` times ``prod_poor scale_g`` (centred
         ``q``) or ``prod_{not poor} 1 / scale_g`` (non-centred ``q``)."""
-        st, s = self.state, self.s
+        s = self.s
         if s.hyper_idx.size == 0:
             return q, 0, 1.0
-        loc, scale = self._loc_scale(q)
-        a = self._effects(q, (loc, scale))
-        q_new = q.copy()
-        q_new[s.hyper_idx] += self._hyper_step(rng, st.log_marg)
-        loc_new, scale_new = self._loc_scale(q_new)
-        if not (np.all(np.isfinite(scale_new)) and np.all(scale_new > 0)):
+        (loc, scale), a, q_new, (loc_new, scale_new) = self._propose_hyper(q, rng, "log_marg")
+        if q_new is None:
             return self._decide_joint(q, q, None, -np.inf, rng, tune, "log_marg")
         rich, poor = self.rich, self.poor
         db = q[s.fixed_idx] - self.taylor.beta_hat
@@ -517,8 +506,7 @@ class HierarchicalSweep:
                          np.where(rich, drawn, a))
         q_new = s.with_effects(q_new, a_new, (loc_new, scale_new))
         log_s = np.log(scale_new) - np.log(scale)
-        log_r = (prior(q_new) - prior(q)
-                 + (float(np.sum(log_s[poor])) if s.centred else -float(np.sum(log_s[~poor])))
+        log_r = (prior(q_new) - prior(q) + self._log_jacobian(log_s, poor)
                  + self._redraw_log_ratio(a, a_new, old, new, rich))
         return self._decide_joint(q, q_new, (db, a, db, a_new), log_r, rng, tune, "log_marg")
 
@@ -594,6 +582,28 @@ class HierarchicalSweep:
         b = t.s1 + t.s2x @ db + prec * t.a_hat
         return b, prec
 
+    def _propose_hyper(self, q, rng, factor):
+        """A random-walk proposal of the hyperparameters scaled by the chain's ``factor``:
+        ``((loc, scale), a, q_new, (loc_new, scale_new))`` with ``q_new`` None when the
+        proposed scale is not finite and positive (the move is rejected)."""
+        loc_scale = self._loc_scale(q)
+        a = self._effects(q, loc_scale)
+        q_new = q.copy()
+        q_new[self.s.hyper_idx] += self._hyper_step(rng, getattr(self.state, factor))
+        loc_new, scale_new = self._loc_scale(q_new)
+        if not (np.all(np.isfinite(scale_new)) and np.all(scale_new > 0)):
+            q_new = None
+        return loc_scale, a, q_new, (loc_new, scale_new)
+
+    def _log_jacobian(self, log_s, moved) -> float:
+        """The log Jacobian of the change from ``q`` to coordinates in which the effects
+        of ``moved`` are held at fixed ``z`` and the others at fixed ``a`` (``log_s``:
+        ``log(scale' / scale)`` per group): ``sum_moved`` for a centred ``q``,
+        ``-sum_held`` for a non-centred one."""
+        if self.s.centred:
+            return float(np.sum(log_s[moved]))
+        return -float(np.sum(log_s[~moved]))
+
     def _hyper_move(self, q, rng, prior, tune, moved, factor):
         """A random-walk move of the hyperparameters, the group effects of ``moved``
         (None: none) following it at fixed ``z``, the others held fixed.
@@ -602,15 +612,11 @@ class HierarchicalSweep:
         target there is the step's density in ``q`` times the Jacobian of the change of
         coordinates, ``prod_{moved} scale_g`` for a centred ``q`` and
         ``prod_{held} 1 / scale_g`` for a non-centred one."""
-        st, s = self.state, self.s
+        s = self.s
         if s.hyper_idx.size == 0:
             return q, 0, 1.0
-        loc, scale = self._loc_scale(q)
-        a = self._effects(q, (loc, scale))
-        q_new = q.copy()
-        q_new[s.hyper_idx] += self._hyper_step(rng, getattr(st, factor))
-        loc_new, scale_new = self._loc_scale(q_new)
-        if not (np.all(np.isfinite(scale_new)) and np.all(scale_new > 0)):
+        (loc, scale), a, q_new, (loc_new, scale_new) = self._propose_hyper(q, rng, factor)
+        if q_new is None:
             return self._decide_joint(q, q, None, -np.inf, rng, tune, factor)
         if moved is None or not np.any(moved):
             moved, a_new = np.zeros(a.size, bool), a
@@ -618,8 +624,7 @@ class HierarchicalSweep:
             a_new = np.where(moved, loc_new + scale_new * (a - loc) / scale, a)
         q_new = s.with_effects(q_new, a_new, (loc_new, scale_new))
         log_s = np.log(scale_new) - np.log(scale)
-        log_r = prior(q_new) - prior(q) + (float(np.sum(log_s[moved])) if s.centred
-                                           else -float(np.sum(log_s[~moved])))
+        log_r = prior(q_new) - prior(q) + self._log_jacobian(log_s, moved)
         db = q[s.fixed_idx] - self.taylor.beta_hat
         data = (db, a, db, a_new) if np.any(moved) else None
         return self._decide_joint(q, q_new, data, log_r, rng, tune, factor)
