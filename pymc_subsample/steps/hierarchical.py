@@ -535,15 +535,22 @@ class HierarchicalSweep:
     def _fixed_conditional(self, a):
         """Mean (as ``beta - beta_hat``) and Cholesky factor of the Gaussian
         approximation of the fixed effects given the group effects ``a``."""
-        s1x, s2xx = self._fixed_sums
+        s1x, _ = self._fixed_sums
         t = self.taylor
-        prec = -s2xx + self.prec_beta * np.eye(s1x.size)
+        prec, chol = self._fixed_precision
         grad = s1x + t.s2x.T @ (a - t.a_hat) - self.prec_beta * t.beta_hat
-        chol_prec = np.linalg.cholesky(prec)
-        mean = np.linalg.solve(prec, grad)
-        # a draw mean + L^-T z has covariance prec^-1
-        chol = np.linalg.inv(chol_prec).T
-        return mean, chol
+        return np.linalg.solve(prec, grad), chol
+
+    @property
+    def _fixed_precision(self):
+        """The precision of that approximation (it does not depend on ``a``) and the
+        factor ``L^-T`` of its inverse (``mean + L^-T z`` has covariance ``prec^-1``),
+        computed once."""
+        if getattr(self, "_fixed_prec_cache", None) is None:
+            s1x, s2xx = self._fixed_sums
+            prec = -s2xx + self.prec_beta * np.eye(s1x.size)
+            self._fixed_prec_cache = (prec, np.linalg.inv(np.linalg.cholesky(prec)).T)
+        return self._fixed_prec_cache
 
     def _move_fixed_marginal(self, q, rng, prior, tune):
         """Fixed effects and the data-rich groups' effects together: a random-walk step
