@@ -84,7 +84,10 @@ def steps_per_draw(method) -> int:
         return int(method.steps_per_draw)
     cls = getattr(pms, method) if isinstance(method, str) else method
     param = inspect.signature(cls).parameters.get("steps_per_draw")
-    return 1 if param is None else int(param.default)
+    if param is None:
+        return 1
+    # None: the step picks (BarkerMinibatch: 3 joint moves, or 1 hierarchical sweep)
+    return 3 if param.default is None else int(param.default)
 
 
 def scalable_mh_accepting_every_proposal():

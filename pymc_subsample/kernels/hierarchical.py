@@ -31,7 +31,7 @@ conditionally independent) and the joint moves share the same code
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -129,6 +129,9 @@ class GroupTaylor:
     sizes: np.ndarray
     family: str
     params: dict = field(default_factory=dict)
+    #: the fixed effects' sums over all rows (``s1x``, ``s2xx`` cover the large groups)
+    s1x_all: np.ndarray = None
+    s2xx_all: np.ndarray = None
 
     def group_terms(self, db, da) -> np.ndarray:
         """The per-group part of the Taylor sum (zero for small groups)."""
@@ -143,22 +146,42 @@ class GroupTaylor:
         return self.xmax * float(np.linalg.norm(db)) + np.abs(da)
 
     def bounds(self, db, da, db_new, da_new) -> np.ndarray:
-        """``c_g >= |D_i|`` for the rows of each large group (0 for small ones): with
-        ``|R_i(eta)| <= K |eta - eta_hat_i|^3 / 6`` and ``K`` the family's supremum of
-        ``|f'''|`` over every ``eta`` within the radius of the group's centres."""
+        """``c_g >= |D_i|`` for the rows of each large group (0 for small ones).
+
+        With ``K`` the family's supremum of ``|f'''|`` over every ``eta`` within
+        ``r = max(r0, r1)`` of the group's centres (``r0``, ``r1`` the radii of the two
+        points), two bounds hold and the smaller is used:
+
+        * ``|R_i(eta)| <= K |eta - eta_hat_i|^3 / 6`` at each point, so
+          ``|D_i| <= K (r0^3 + r1^3) / 6`` (Cornish et al. 2019, eq. 12);
+        * ``R_i'(t) = f'''(xi) (t - eta_hat_i)^2 / 2`` between the points, so
+          ``|D_i| <= K |eta'_i - eta_i| r^2 / 2`` with ``|eta'_i - eta_i| <=
+          xmax_g ||db' - db|| + |da'_g - da_g|``: much the smaller for a short move
+          of a group far from its centre (a data-poor group, whose effect roams the
+          prior's width).
+        """
         big = self.large
         c = np.zeros(big.size)
         if not np.any(big):
             return c
         r0, r1 = self.radius(db, da)[big], self.radius(db_new, da_new)[big]
+        r = np.maximum(r0, r1)
         fam = get_family(self.family)
-        if fam.global_bound:  # a supremum over the line (Cornish et al. 2019, eq. 12)
+        if fam.global_bound:  # a supremum over the line
             k = fam.sup_derivative(3, **self.params)
         else:
-            r = np.maximum(r0, r1)
             k = fam.local_sup(3, self.lo[big] - r, self.hi[big] + r, **self.params)
-        c[big] = np.asarray(k, dtype=np.float64) * (r0**3 + r1**3) / 6.0
+        step = (self.xmax[big] * float(np.linalg.norm(np.asarray(db_new) - db))
+                + np.abs(np.asarray(da_new) - da)[big])
+        c[big] = np.asarray(k, dtype=np.float64) * np.minimum((r0**3 + r1**3) / 6.0,
+                                                             step * r * r / 2.0)
         return c
+
+    def covering(self) -> "GroupTaylor":
+        """The same Taylor sums with every non-empty group expanded (small ones too):
+        ``fixed_term`` over all rows. The joint moves use it, so that a move of the fixed
+        effects reads a few thinning events instead of every small group's rows."""
+        return replace(self, large=self.sizes > 0, s1x=self.s1x_all, s2xx=self.s2xx_all)
 
 
 def thinning_rates(taylor: GroupTaylor, db, da, db_new, da_new):
@@ -192,21 +215,23 @@ def thinned_rejections(family, params, y, eta, eta_new, eta_hat, bound, rng):
     return rng.random(p.size) < p, float(np.max(p, initial=0.0))
 
 
-def small_diff(small: SmallRows, family, params, db, a, db_new, a_new, n_groups):
+def small_diff(small: SmallRows, family, params, db, a, db_new, a_new, n_groups,
+               groups=None):
     """``sum_i l_i(eta') - l_i(eta)`` per group over the small groups' rows (only the rows
-    of groups whose effect moved, when the fixed effects did not)."""
+    of groups whose effect moved, when the fixed effects did not; only those of
+    ``groups``, a mask, when given), and the number of rows evaluated."""
     if small.size == 0:
-        return np.zeros(n_groups)
+        return np.zeros(n_groups), 0
+    keep = np.ones(small.size, bool) if groups is None else groups[small.group]
     if np.array_equal(db, db_new):
-        keep = (a != a_new)[small.group]
-        if not np.any(keep):
-            return np.zeros(n_groups)
-        if not np.all(keep):
-            small = SmallRows(small.f_hat[keep], small.x[keep], small.y[keep],
-                              small.group[keep])
+        keep &= (a != a_new)[small.group]
+    if not np.any(keep):
+        return np.zeros(n_groups), 0
+    if not np.all(keep):
+        small = SmallRows(small.f_hat[keep], small.x[keep], small.y[keep], small.group[keep])
     e0, e1 = small.eta(db, a), small.eta(db_new, a_new)
     l = row_loglik(family, np.stack([e0, e1]), small.y, params, derivatives=0)[0]
-    return np.bincount(small.group, weights=l[1] - l[0], minlength=n_groups)
+    return np.bincount(small.group, weights=l[1] - l[0], minlength=n_groups), small.size
 
 
 def eb_fit(stats_fn, beta0, a0, n_groups, *, prior_prec_beta=1.0, tau0=1.0, mu0=0.0,

@@ -13,16 +13,20 @@ test with Poisson thinning of Cornish et al. 2019, Algorithm 2):
 
 1. **group effects**, all groups at once, each accepted on its own (conditionally
    independent given the rest): a random walk per group scaled by its conditional
-   curvature, tuned per group;
+   curvature, tuned per group, and an independence proposal per group from the
+   Gaussian approximation of its conditional;
 2. **hyperparameters given the group effects** (the sufficient, centred augmentation):
    no data row is read;
-3. **hyperparameters with the group effects integrated out**, in effect: the data-rich
-   groups' effects redrawn from a Gaussian approximation of their conditional, the
-   data-poor ones moved at fixed ``z`` (a marginal Metropolis-Hastings move, exact through
-   the proposal densities in its ratio);
+3. **hyperparameters with the group effects integrated out**, in effect: every group
+   effect held at fixed ``u_g = (a_g - m_g) / s_g``, with ``m_g``, ``s_g`` the mean and
+   sd of a Gaussian approximation of its conditional, which moves with the
+   hyperparameters (a marginal Metropolis-Hastings move in conditional coordinates,
+   exact through its Jacobian);
 4. **fixed effects given the group effects**, by a random walk with their conditional
-   covariance at the centre, and **fixed effects with the rich groups' effects redrawn**
-   (their covariance with the group effects integrated out);
+   covariance at the centre and by an independence proposal from a Gaussian
+   approximation of their conditional, and **fixed effects with the group effects
+   following them** at fixed ``u_g`` (their covariance with the group effects
+   integrated out);
 5. **hyperparameters given the standardised effects** ``z = (a - loc) / scale`` of the
    data-poor groups (the ancillary, non-centred augmentation), those effects moving with
    them.
@@ -66,6 +70,9 @@ __all__ = ["HierarchicalSweep", "SweepState"]
 _CHUNK = 65536
 #: design arrays (x_i, o_i, y_i) kept in memory up to this many bytes
 _CACHE_BYTES = 1 << 30
+#: a small group's thinning rate up to which a group move expands it instead of
+#: evaluating its rows
+_SMALL_RATE = 0.1
 
 
 @dataclass
@@ -116,11 +123,14 @@ class HierarchicalSweep:
     exact_rows : int
         Groups with at most this many rows are evaluated exactly at every move.
     moves : dict
-        Moves per sweep: ``groups``, ``hyper`` (data-free), ``fixed``, ``ancillary``.
+        Moves per sweep, by kind (:attr:`DEFAULT_MOVES`): ``groups`` (random walk per
+        group), ``groups_gaussian`` (independence proposal per group), ``hyper``
+        (data-free), ``marginal``, ``fixed``, ``fixed_gaussian``, ``fixed_marginal``,
+        ``ancillary``.
     """
 
-    DEFAULT_MOVES = {"groups": 2, "hyper": 4, "marginal": 3, "fixed": 1, "fixed_gaussian": 2,
-                     "fixed_marginal": 1, "ancillary": 3}
+    DEFAULT_MOVES = {"groups": 1, "groups_gaussian": 1, "hyper": 2, "marginal": 6, "fixed": 1,
+                     "fixed_gaussian": 2, "fixed_marginal": 3, "ancillary": 2}
 
     def __init__(self, engine, structure, *, exact_rows: int = 16, moves=None):
         self.engine, self.s = engine, structure
@@ -193,7 +203,8 @@ class HierarchicalSweep:
         taylor = GroupTaylor(
             beta_hat=beta.copy(), a_hat=a.copy(), large=self.large, s1=s1, s2=s2, s2x=s2x,
             s1x=l1x, s2xx=0.5 * (l2xx + l2xx.T), lo=lo, hi=hi, xmax=xmax,
-            sizes=self.groups.sizes, family=s.family, params=s.params)
+            sizes=self.groups.sizes, family=s.family, params=s.params,
+            s1x_all=self._fixed_sums[0], s2xx_all=self._fixed_sums[1])
         if small:
             small = SmallRows(*(np.concatenate([t[k] for t in small]) for k in range(4)))
         else:
@@ -211,6 +222,7 @@ class HierarchicalSweep:
             lambda b, a_: self._pass(b, a_), beta0, np.zeros(s.n_groups), s.n_groups,
             prior_prec_beta=prec)
         self.taylor, self.small = self._pass(beta, a, centre=True)
+        self.taylor_all = self.taylor.covering()
         self.eb = {"mu": mu, "tau": tau}
         self.cov_beta = cov_beta
         self.chol_beta = (np.linalg.cholesky(cov_beta) if cov_beta.size
@@ -224,9 +236,6 @@ class HierarchicalSweep:
         #: groups whose data say less than the prior at the empirical-Bayes scale: their
         #: effects follow the hyperparameters in the ancillary move
         self.poor = self.curv * tau**2 < 1.0
-        #: groups whose data say ten times more than the prior, with a Taylor expansion
-        #: (large groups): their effects are redrawn in the marginal move
-        self.rich = (self.curv * tau**2 >= 10.0) & self.large
 
     def _prior_precision_beta(self) -> float:
         """The prior precision of the fixed effects for the centre's ridge: the median of
@@ -333,25 +342,37 @@ class HierarchicalSweep:
         return f0 - X @ beta0, X, self.s.y(data)
 
     def _data_test(self, db, a, db_new, a_new, log_u, extra, rng, *, per_group):
-        """The factorised test of a move of ``(beta, a)``: exact small groups, Taylor sums
-        and thinning for the large ones. ``extra``: the data-free log ratio (per group
-        with ``per_group``). Returns (accepted, rows read)."""
-        t, G = self.taylor, self.s.n_groups
+        """The factorised test of a move of ``(beta, a)``. ``extra``: the data-free log
+        ratio (per group with ``per_group``). Returns (accepted, rows read).
+
+        Every group's rows may enter through Taylor sums and thinning
+        (:meth:`GroupTaylor.covering`): the joint moves, which shift every row's
+        predictor a little, always take that route and read only the thinning's events.
+        The group moves take it for the large groups and for each small group whose
+        thinning rate is low (:meth:`_expanded`), and evaluate the other small groups'
+        rows exactly. The choice depends on the pair of points only through the bound,
+        which is symmetric in them, so each group's test stays reversible."""
+        G = self.s.n_groups
+        t = self.taylor_all
         da, da_new = a - t.a_hat, a_new - t.a_hat
-        first = (small_diff(self.small, self.s.family, self.s.params, db, a, db_new, a_new, G)
-                 + t.group_terms(db_new, da_new) - t.group_terms(db, da))
-        if per_group:
-            first = first + extra
-        else:
-            first = float(first.sum()) + t.fixed_term(db_new) - t.fixed_term(db) + extra
-        ok = log_u < np.minimum(first, 0.0) if per_group else log_u < min(first, 0.0)
         c, rates = thinning_rates(t, db, da, db_new, da_new)
         if per_group:
-            rates = np.where(ok, rates, 0.0)
-        elif not ok:
-            return False, self.small.size
+            expanded = self._expanded(rates)
+            exact, used = small_diff(self.small, self.s.family, self.s.params, db, a,
+                                     db_new, a_new, G, ~expanded)
+            terms = t.group_terms(db_new, da_new) - t.group_terms(db, da)
+            first = exact + np.where(expanded, terms, 0.0) + extra
+            ok = log_u < np.minimum(first, 0.0)
+            rates = np.where(ok & expanded, rates, 0.0)
+        else:
+            first = (float(np.sum(t.group_terms(db_new, da_new) - t.group_terms(db, da)))
+                     + t.fixed_term(db_new) - t.fixed_term(db) + extra)
+            ok = log_u < min(first, 0.0)
+            used = 0
+        if not per_group and not ok:
+            return False, used
         ev = draw_events(rates, rng, per_group=per_group)
-        used = self.small.size + ev.size
+        used += ev.size
         if ev.size:
             rows = self.groups.sample(ev, rng)
             y, (e0, e1), eh = self._rows_eta(rows, (db, db_new), (a, a_new))
@@ -363,6 +384,12 @@ class HierarchicalSweep:
                 ok = not np.any(reject)
         return ok, used
 
+    def _expanded(self, rates) -> np.ndarray:
+        """The groups a group move takes through Taylor sums and thinning: the large
+        ones, and a small one when its Poisson rate (the expected thinning events, and a
+        bound on the log acceptance it can lose) is at most ``_SMALL_RATE``."""
+        return self.large | (rates <= _SMALL_RATE)
+
     # ------------------------------------------------------------------ the moves
     def transition(self, q, rng, prior, tune):
         """One sweep from ``q``; ``prior(q)`` is the step's log prior. Returns the new
@@ -372,6 +399,7 @@ class HierarchicalSweep:
         used, accepts = 0, []
         prior = self._memo_prior(prior)
         moves = (("groups", lambda q: self._move_groups(q, rng, tune)),
+                 ("groups_gaussian", lambda q: self._move_groups_gaussian(q, rng)),
                  ("hyper", lambda q: self._move_hyper(q, rng, prior, tune)),
                  ("marginal", lambda q: self._move_marginal(q, rng, prior, tune)),
                  ("fixed", lambda q: self._move_fixed(q, rng, prior, tune)),
@@ -418,6 +446,25 @@ class HierarchicalSweep:
         a = np.where(ok, a_new, a)
         return s.with_effects(q, a, (loc, scale)), used, float(np.mean(ok))
 
+    def _move_groups_gaussian(self, q, rng):
+        """Every group effect from the Gaussian approximation of its conditional (the
+        Taylor sums at the centre moved to the current fixed effects, times its prior):
+        an independence proposal per group, accepted on its own with the proposal
+        densities in the ratio. For a group rich in data the approximation is close and
+        the move is nearly an independent draw of its effect."""
+        s = self.s
+        loc, scale = self._loc_scale(q)
+        a = self._effects(q, (loc, scale))
+        db = q[s.fixed_idx] - self.taylor.beta_hat
+        m, sd = _conditional(*self._gaussian_likelihood(db), loc, scale)
+        a_new = m + sd * rng.standard_normal(a.size)
+        extra = (normal_logpdf(a_new, loc, scale) - normal_logpdf(a, loc, scale)
+                 + normal_logpdf(a, m, sd) - normal_logpdf(a_new, m, sd))
+        log_u = np.log(rng.random(a.size))
+        ok, used = self._data_test(db, a, db, a_new, log_u, extra, rng, per_group=True)
+        a = np.where(ok, a_new, a)
+        return s.with_effects(q, a, (loc, scale)), used, float(np.mean(ok))
+
     def _hyper_step(self, rng, factor):
         """A random-walk step of the hyperparameters: ``2.38 / sqrt(k)`` times the
         chain's factor times the Cholesky factor of their covariance over the tuning
@@ -450,11 +497,6 @@ class HierarchicalSweep:
                                                      st.n_tuned)))
         return (q_new if ok else q), used, float(ok)
 
-    def _redraw_log_ratio(self, a, a_new, old, new, mask) -> float:
-        """``log q(a | old) - log q(a_new | new)`` over ``mask``, with ``old``, ``new`` the
-        ``(mean, sd)`` of the Gaussian conditionals the effects are redrawn from."""
-        return float(np.sum((normal_logpdf(a, *old) - normal_logpdf(a_new, *new))[mask]))
-
     def _move_fixed(self, q, rng, prior, tune):
         """Fixed effects given the group effects (all rows: Taylor sums and thinning)."""
         st, s = self.state, self.s
@@ -477,38 +519,54 @@ class HierarchicalSweep:
         return self._hyper_move(q, rng, prior, tune, self.poor, "log_anc")
 
     def _move_marginal(self, q, rng, prior, tune):
-        """Hyperparameters and the group effects together: a random-walk step of the
-        hyperparameters; each data-rich group's effect drawn afresh from its conditional
-        under a Gaussian approximation of its likelihood (the Taylor sums at the centre),
-        each data-poor group's effect moved at fixed ``z`` (as in the ancillary move), the
-        others held; accepted by the factorised test with the proposal densities in the
-        ratio.
+        """Hyperparameters and every group effect together, in conditional coordinates:
+        a random-walk step of the hyperparameters ``h`` at fixed
 
-        The rich groups' effects are in effect integrated out of the hyperparameters'
-        move (a marginal, or collapsed, Metropolis-Hastings update), so the scale moves
-        as far as its marginal posterior allows; the ratio keeps the move exact whatever
-        the quality of the approximation. In the coordinates ``(beta, h, a_rich,
-        z_poor)`` the target is the density in ``q`` times ``prod_poor scale_g`` (centred
-        ``q``) or ``prod_{not poor} 1 / scale_g`` (non-centred ``q``)."""
+            u_g = (a_g - m_g(h)) / s_g(h),
+
+        ``m_g``, ``s_g`` the mean and sd of the Gaussian approximation of ``a_g``'s
+        conditional (its likelihood from the Taylor sums at the centre, moved to the
+        current fixed effects, times its prior ``N(loc_g(h), scale_g(h))``).
+
+        In these coordinates the group effects are, under the approximation, independent
+        of ``h``, so ``h`` moves as its marginal posterior allows (a marginal, or
+        collapsed, move); they interpolate between the non-centred form for a group
+        poor in data (``m_g``, ``s_g`` close to ``loc_g``, ``scale_g``: ``u_g`` is
+        ``z_g``) and the centred form for a group rich in data (``a_g`` nearly held), a
+        fully conditional version of the partially non-centred parametrisations of
+        Papaspiliopoulos, Roberts and Skold (2003, "Non-centered parameterisations for
+        hierarchical models and data augmentation"). The move is exact whatever the
+        approximation's quality: the target in ``(beta, h, u)`` is the density in ``q``
+        times the Jacobian ``prod_g s_g(h)`` for a centred ``q`` (``prod_g s_g(h) /
+        scale_g(h)`` for a non-centred one), and the data enter by the factorised test;
+        every effect moves by an amount proportional to the step, so the test reads a
+        few thinning events."""
         s = self.s
         if s.hyper_idx.size == 0:
             return q, 0, 1.0
         (loc, scale), a, q_new, (loc_new, scale_new) = self._propose_hyper(q, rng, "log_marg")
         if q_new is None:
             return self._decide_joint(q, q, None, -np.inf, rng, tune, "log_marg")
-        rich, poor = self.rich, self.poor
         db = q[s.fixed_idx] - self.taylor.beta_hat
         b, prec = self._gaussian_likelihood(db)
-        new = _conditional(b, prec, loc_new, scale_new)
-        old = _conditional(b, prec, loc, scale)
-        drawn = new[0] + new[1] * rng.standard_normal(a.size)
-        a_new = np.where(poor, loc_new + scale_new * (a - loc) / scale,
-                         np.where(rich, drawn, a))
+        m0, s0 = _conditional(b, prec, loc, scale)
+        m1, s1 = _conditional(b, prec, loc_new, scale_new)
+        a_new = m1 + (s1 / s0) * (a - m0)
         q_new = s.with_effects(q_new, a_new, (loc_new, scale_new))
-        log_s = np.log(scale_new) - np.log(scale)
-        log_r = (prior(q_new) - prior(q) + self._log_jacobian(log_s, poor)
-                 + self._redraw_log_ratio(a, a_new, old, new, rich))
+        log_r = (prior(q_new) - prior(q)
+                 + self._conditional_log_jacobian(s0, s1, scale, scale_new))
         return self._decide_joint(q, q_new, (db, a, db, a_new), log_r, rng, tune, "log_marg")
+
+    def _conditional_log_jacobian(self, s0, s1, scale, scale_new) -> float:
+        """The log Jacobian of the change from ``q`` to the conditional coordinates
+        ``u_g = (a_g - m_g) / s_g`` when the sds move from ``s0`` to ``s1`` and the
+        scales from ``scale`` to ``scale_new``: ``sum log(s1 / s0)`` for a centred ``q``
+        (``da'/da = s1 / s0``), minus ``sum log(scale_new / scale)`` for a non-centred
+        one (``dz'/dz = (s1 / s0) (scale / scale_new)``)."""
+        log_jac = float(np.sum(np.log(s1) - np.log(s0)))
+        if not self.s.centred:
+            log_jac -= float(np.sum(np.log(scale_new) - np.log(scale)))
+        return log_jac
 
     def _move_fixed_gaussian(self, q, rng, prior, tune):
         """Fixed effects given the group effects, drawn from a Gaussian approximation of
@@ -553,16 +611,16 @@ class HierarchicalSweep:
         return self._fixed_prec_cache
 
     def _move_fixed_marginal(self, q, rng, prior, tune):
-        """Fixed effects and the data-rich groups' effects together: a random-walk step
-        of the fixed effects with their covariance with the group effects integrated out
-        (the Schur complement at the centre), each rich group's effect redrawn from its
-        Gaussian conditional given the new fixed effects, the others held; exact by the
-        factorised test with the proposal densities in the ratio (a fixed effect that
-        the group effects confound, an intercept-like covariate, moves as far as its
-        marginal posterior allows)."""
+        """Fixed effects and every group effect together: a random-walk step of the
+        fixed effects with their covariance with the group effects integrated out (the
+        Schur complement at the centre), each group effect shifted by the change of the
+        mean of its Gaussian conditional (:meth:`_move_marginal`'s coordinates ``u_g``
+        held; their sd does not depend on the fixed effects, so the Jacobian is 1);
+        exact by the factorised test. A fixed effect that the group effects confound,
+        an intercept-like covariate, moves as far as its marginal posterior allows."""
         st, s = self.state, self.s
         p = s.fixed_idx.size
-        if p == 0 or not np.any(self.rich):
+        if p == 0:
             return q, 0, 1.0
         loc, scale = self._loc_scale(q)
         a = self._effects(q, (loc, scale))
@@ -571,14 +629,12 @@ class HierarchicalSweep:
         q_new[s.fixed_idx] += step * (self.chol_beta_marginal @ rng.standard_normal(p))
         db = q[s.fixed_idx] - self.taylor.beta_hat
         db_new = q_new[s.fixed_idx] - self.taylor.beta_hat
-        rich = self.rich
-        old = _conditional(*self._gaussian_likelihood(db), loc, scale)
-        new = _conditional(*self._gaussian_likelihood(db_new), loc, scale)
-        a_new = np.where(rich, new[0] + new[1] * rng.standard_normal(a.size), a)
+        m0 = _conditional(*self._gaussian_likelihood(db), loc, scale)[0]
+        m1 = _conditional(*self._gaussian_likelihood(db_new), loc, scale)[0]
+        a_new = a + (m1 - m0)
         q_new = s.with_effects(q_new, a_new, (loc, scale))
-        log_r = prior(q_new) - prior(q) + self._redraw_log_ratio(a, a_new, old, new, rich)
-        return self._decide_joint(q, q_new, (db, a, db_new, a_new), log_r, rng, tune,
-                                  "log_fixed_marg")
+        return self._decide_joint(q, q_new, (db, a, db_new, a_new), prior(q_new) - prior(q),
+                                  rng, tune, "log_fixed_marg")
 
     def _gaussian_likelihood(self, db):
         """``(b, P)``: each group's log-likelihood in ``a_g`` approximated by

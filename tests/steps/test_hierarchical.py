@@ -23,7 +23,7 @@ import pytest
 import pymc_subsample as pms
 from pymc_subsample.engine import LikelihoodEngine
 from pymc_subsample.engine.groups import GroupStructure, find_groups
-from pymc_subsample.kernels.hierarchical import GroupRows, draw_events, eb_fit
+from pymc_subsample.kernels.hierarchical import GroupRows, draw_events, eb_fit, thinning_rates
 from pymc_subsample.kernels.predictor import remainder_difference, row_loglik
 from pymc_subsample.steps.hierarchical import HierarchicalSweep
 from pymc_subsample.testing import (hierarchical_data, hierarchical_model, mcse_mean,
@@ -150,7 +150,14 @@ def _exact_accept(sweep, db, a, db_new, a_new, extra, *, per_group):
     l = row_loglik(s.family, np.stack([e0, e1]), y, s.params, derivatives=0)[0]
     d = remainder_difference(s.family, y, s.params, e0, e1, eh, 2)
     g = s.group_of_row
-    large_row = sweep.large[g]
+    # the joint moves expand every group; the group moves the large ones and the small
+    # ones with a low thinning rate
+    if per_group:
+        t = sweep.taylor_all
+        _, rates = thinning_rates(t, db, a - t.a_hat, db_new, a_new - t.a_hat)
+        large_row = sweep._expanded(rates)[g]
+    else:
+        large_row = np.ones(g.size, bool)
     exact = np.bincount(g[~large_row], (l[1] - l[0])[~large_row], s.n_groups)
     taylor = np.bincount(g[large_row], (l[1] - l[0] + d)[large_row], s.n_groups)
     prod = np.bincount(g[large_row], -np.maximum(d, 0.0)[large_row], s.n_groups)
@@ -170,13 +177,18 @@ def sweep():
     return sw
 
 
-@pytest.mark.parametrize("broken", [False, True])
-def test_thinning_accepts_with_the_factorised_probability(sweep, broken, monkeypatch):
+@pytest.mark.parametrize("broken,expand_small", [(False, False), (True, False),
+                                                  (False, True)])
+def test_thinning_accepts_with_the_factorised_probability(sweep, broken, expand_small,
+                                                           monkeypatch):
     """Per-group moves far enough from the centre that the remainders matter: the
-    acceptance frequencies match the factorised probability from every row; a thinning
-    whose events never reject is caught."""
+    acceptance frequencies match the factorised probability from every row, with the
+    small groups evaluated exactly or (``expand_small``) through Taylor sums and
+    thinning; a thinning whose events never reject is caught."""
     import pymc_subsample.steps.hierarchical as hier
 
+    if expand_small:
+        monkeypatch.setattr(hier, "_SMALL_RATE", 10.0)
     if broken:
         monkeypatch.setattr(hier, "thinned_rejections",
                             lambda *a, **k: (np.zeros(len(a[2]), bool), 0.0))
@@ -189,6 +201,8 @@ def test_thinning_accepts_with_the_factorised_probability(sweep, broken, monkeyp
     extra = np.full(G, 2.0)
     p = _exact_accept(sweep, db, a, db, a_new, extra, per_group=True)
     assert np.sum(p[sweep.large] < 0.9) >= 2  # the product of the remainders' factors bites
+    if expand_small:
+        assert np.sum(p[~sweep.large] < 0.97) >= 1
     n = 3000
     hits = np.zeros(G)
     for _ in range(n):
@@ -202,16 +216,28 @@ def test_thinning_accepts_with_the_factorised_probability(sweep, broken, monkeyp
         assert np.max(np.abs(z)) < 4.5, (hits / n, p)
 
 
-def test_thinning_joint_move(sweep):
+@pytest.mark.parametrize("broken", [False, True])
+def test_thinning_joint_move(sweep, broken, monkeypatch):
+    """A joint move (every group expanded, small ones too) far enough from the centre
+    that the remainders matter: the acceptance frequency matches the factorised
+    probability from every row, and a thinning whose events never reject is caught."""
+    import pymc_subsample.steps.hierarchical as hier
+
+    if broken:
+        monkeypatch.setattr(hier, "thinned_rejections",
+                            lambda *a, **k: (np.zeros(len(a[2]), bool), 0.0))
     rng = np.random.default_rng(6)
-    db, db_new = np.zeros(2), np.array([0.15, -0.1])
-    a = sweep.taylor.a_hat
-    a_new = a + 0.2
-    p = _exact_accept(sweep, db, a, db_new, a_new, 0.0, per_group=False)
+    db, db_new = np.array([0.15, 0.15]), np.array([0.3, -0.15])
+    a = sweep.taylor.a_hat - 0.15
+    a_new = a + 0.3
+    # a large data-free ratio: the first factor is 1, the remainders' product decides
+    p = _exact_accept(sweep, db, a, db_new, a_new, 50.0, per_group=False)
+    assert 0.2 < p < 0.9
     n = 3000
-    hits = sum(sweep._data_test(db, a, db_new, a_new, np.log(rng.random()), 0.0, rng,
+    hits = sum(sweep._data_test(db, a, db_new, a_new, np.log(rng.random()), 50.0, rng,
                                 per_group=False)[0] for _ in range(n))
-    assert abs(hits / n - p) < 4.5 * np.sqrt(p * (1 - p) / n) + 1e-3
+    z = (hits / n - p) / np.sqrt(p * (1 - p) / n)
+    assert (abs(z) > 6) if broken else (abs(z) < 4.5), (hits / n, p)
 
 
 # ------------------------------------------------------------------ the steps
@@ -337,6 +363,33 @@ def test_posterior_matches_long_nuts(name, broken, monkeypatch):
                           random_seed=17, progressbar=False,
                           compute_convergence_checks=False)
     bad = _check_against_reference(idata, REFERENCE[name])
+    if broken:
+        assert bad
+    else:
+        assert not bad, bad
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("moves,broken", [
+    ({"groups_gaussian": 1, "marginal": 4, "fixed_marginal": 2}, False),
+    ({"groups_gaussian": 1, "marginal": 4, "fixed_marginal": 2}, True),
+    ({"groups": 2, "hyper": 2, "ancillary": 2, "fixed": 1, "fixed_gaussian": 1}, False),
+])
+def test_each_kind_of_move_keeps_the_posterior(moves, broken, monkeypatch):
+    """Sweeps of a subset of the moves (each a valid chain) on the logistic model against
+    the reference: the conditional-coordinates moves with the group effects' Gaussian
+    proposals, and the random-walk, data-free and ancillary moves with the fixed
+    effects' Gaussian proposal. The conditional moves without their Jacobian fail."""
+    only = {k: 0 for k in HierarchicalSweep.DEFAULT_MOVES}
+    monkeypatch.setattr(HierarchicalSweep, "DEFAULT_MOVES", {**only, **moves})
+    if broken:
+        monkeypatch.setattr(HierarchicalSweep, "_conditional_log_jacobian",
+                            lambda self, *a: 0.0)
+    with _model("logistic", centred=True):
+        idata = pm.sample(step=pms.ScalableMH(), draws=1000, tune=1000, chains=2, cores=1,
+                          random_seed=19, progressbar=False,
+                          compute_convergence_checks=False)
+    bad = _check_against_reference(idata, REFERENCE["logistic"])
     if broken:
         assert bad
     else:
