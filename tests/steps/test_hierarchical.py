@@ -23,6 +23,7 @@ import pytest
 import pymc_subsample as pms
 from pymc_subsample.engine import LikelihoodEngine
 from pymc_subsample.engine.groups import GroupStructure, find_groups
+from pymc_subsample.kernels.families import get_family
 from pymc_subsample.kernels.hierarchical import GroupRows, draw_events, eb_fit, thinning_rates
 from pymc_subsample.kernels.predictor import remainder_difference, row_loglik
 from pymc_subsample.steps.hierarchical import HierarchicalSweep
@@ -214,6 +215,33 @@ def test_thinning_accepts_with_the_factorised_probability(sweep, broken, expand_
         assert np.max(np.abs(z)) > 6
     else:
         assert np.max(np.abs(z)) < 4.5, (hits / n, p)
+
+
+def test_bounds_cover_every_row(sweep):
+    """``|D_i| <= c_g`` for every row of every group (small ones expanded too) over
+    random moves, short and long, of the fixed and group effects: both the cubic bound
+    and the difference bound ``K |d eta| r^2 / 2`` hold, and the latter is the one used
+    for short moves far from the centre."""
+    rng = np.random.default_rng(11)
+    t, g = sweep.taylor_all, sweep.s.group_of_row
+    s = sweep.s
+    rows = np.arange(sweep.engine.n_rows)
+    k = get_family(s.family).sup_derivative(3, **s.params)  # logistic: a global bound
+    used_difference = 0
+    for scale in (0.01, 0.05, 0.3, 1.0):
+        for _ in range(10):
+            db = rng.normal(0, 0.1, 2)
+            da = rng.normal(0, 0.8, s.n_groups)
+            db_new = db + scale * rng.normal(0, 0.1, 2)
+            da_new = da + scale * rng.normal(0, 0.3, s.n_groups)
+            a, a_new = t.a_hat + da, t.a_hat + da_new
+            y, (e0, e1), eh = sweep._rows_eta(rows, (db, db_new), (a, a_new))
+            d = remainder_difference(s.family, y, s.params, e0, e1, eh, 2)
+            c = t.bounds(db, da, db_new, da_new)
+            assert np.all(np.abs(d) <= c[g] * (1 + 1e-9) + 1e-12)
+            r0, r1 = t.radius(db, da), t.radius(db_new, da_new)
+            used_difference += np.sum(c < 0.99 * k * (r0**3 + r1**3) / 6)
+    assert used_difference > 0
 
 
 @pytest.mark.parametrize("broken", [False, True])
