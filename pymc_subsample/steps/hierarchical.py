@@ -123,7 +123,7 @@ class HierarchicalSweep:
     exact_rows : int
         Groups with at most this many rows are evaluated exactly at every move.
     moves : dict
-        Moves per sweep, by kind (:attr:`DEFAULT_MOVES`): ``groups`` (random walk per
+        Moves per sweep, by kind (``DEFAULT_MOVES``): ``groups`` (random walk per
         group), ``groups_gaussian`` (independence proposal per group), ``hyper``
         (data-free), ``marginal``, ``fixed``, ``fixed_gaussian``, ``fixed_marginal``,
         ``ancillary``.
