@@ -5,12 +5,9 @@ The model (:mod:`pymc_subsample.engine.groups`): rows ``i`` in groups ``g_i`` wi
 predictor ``eta_i = f_i + a_{g_i}``, ``f_i = o_i + x_i . beta`` affine in the fixed
 effects ``beta``, and group effects ``a_g`` that are conditionally independent given
 their hyperparameters. Every move of the sweep changes ``beta`` or ``a`` (or neither) and
-needs the difference of the log-likelihood between two points. It is split three ways:
+needs the difference of the log-likelihood between two points:
 
-* rows of **small groups** (at most ``exact_rows`` rows, 16 by default) are evaluated exactly, from
-  arrays kept in memory at set-up: their cost per move is bounded by
-  ``exact_rows x number of groups`` whatever ``N``;
-* rows of **large groups** contribute the difference of their second-order Taylor
+* the rows of every group can contribute the difference of their second-order Taylor
   expansions in ``eta`` about a centre ``eta_hat_i = f_i(beta_hat) + a_hat_{g_i}``,
   computed exactly from per-group sums (Bardenet, Doucet and Holmes 2017, "On Markov
   chain Monte Carlo methods for tall data", Sec. 7.1, in the predictor form);
@@ -21,17 +18,21 @@ needs the difference of the log-likelihood between two points. It is split three
   ``min(1, exp(first)) * prod_i min(1, exp(-D_i))``, the product decided by Poisson
   thinning with per-group bounds ``|D_i| <= c_g`` from the family's local supremum of
   the third derivative (:meth:`~pymc_subsample.kernels.families.GLMFamily.local_sup`).
-  The factorised acceptance is reversible, so every move is exact.
+  The factorised acceptance is reversible, so every move is exact;
+* rows of **small groups** (at most ``exact_rows`` rows, 16 by default) are also kept in
+  memory at set-up, to be evaluated exactly when a move of the group's effect is long
+  enough that thinning would cost more: their cost per move is bounded by
+  ``exact_rows x number of groups`` whatever ``N``.
 
 The group moves (all groups at once, each accepted on its own: the groups are
 conditionally independent) and the joint moves share the same code
-(:func:`first_factor`, :func:`thinning_rates`, :func:`thin`).
+(:func:`thinning_rates`, :func:`draw_events`, :func:`thinned_rejections`).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -104,7 +105,7 @@ class SmallRows:
 
 @dataclass
 class GroupTaylor:
-    """Second-order Taylor sums of the large groups' rows about the centre, in ``eta``.
+    """Second-order Taylor sums of the expanded groups' rows about the centre, in ``eta``.
 
     With ``d_i = eta_i - eta_hat_i = x_i . db + da_{g_i}`` (``db = beta - beta_hat``,
     ``da = a - a_hat``), the rows' Taylor sum ``sum_i l'_i d_i + l''_i d_i^2 / 2`` is
@@ -117,7 +118,7 @@ class GroupTaylor:
 
     beta_hat: np.ndarray
     a_hat: np.ndarray
-    large: np.ndarray  # bool per group
+    large: np.ndarray  # bool per group: expanded (the sweep expands every non-empty one)
     s1: np.ndarray
     s2: np.ndarray
     s2x: np.ndarray
@@ -129,12 +130,9 @@ class GroupTaylor:
     sizes: np.ndarray
     family: str
     params: dict = field(default_factory=dict)
-    #: the fixed effects' sums over all rows (``s1x``, ``s2xx`` cover the large groups)
-    s1x_all: np.ndarray = None
-    s2xx_all: np.ndarray = None
 
     def group_terms(self, db, da) -> np.ndarray:
-        """The per-group part of the Taylor sum (zero for small groups)."""
+        """The per-group part of the Taylor sum (zero for groups not expanded)."""
         t = da * (self.s1 + self.s2x @ db + 0.5 * self.s2 * da)
         return np.where(self.large, t, 0.0)
 
@@ -146,7 +144,7 @@ class GroupTaylor:
         return self.xmax * float(np.linalg.norm(db)) + np.abs(da)
 
     def bounds(self, db, da, db_new, da_new) -> np.ndarray:
-        """``c_g >= |D_i|`` for the rows of each large group (0 for small ones).
+        """``c_g >= |D_i|`` for the rows of each expanded group (0 for the others).
 
         With ``K`` the family's supremum of ``|f'''|`` over every ``eta`` within
         ``r = max(r0, r1)`` of the group's centres (``r0``, ``r1`` the radii of the two
@@ -176,12 +174,6 @@ class GroupTaylor:
         c[big] = np.asarray(k, dtype=np.float64) * np.minimum((r0**3 + r1**3) / 6.0,
                                                              step * r * r / 2.0)
         return c
-
-    def covering(self) -> "GroupTaylor":
-        """The same Taylor sums with every non-empty group expanded (small ones too):
-        ``fixed_term`` over all rows. The joint moves use it, so that a move of the fixed
-        effects reads a few thinning events instead of every small group's rows."""
-        return replace(self, large=self.sizes > 0, s1x=self.s1x_all, s2xx=self.s2xx_all)
 
 
 def thinning_rates(taylor: GroupTaylor, db, da, db_new, da_new):

@@ -7,9 +7,9 @@ in the non-centred form a few hundred group effects and their scale form a funne
 random walk or pCN move from one Gaussian fit crosses at a rate falling with the number
 of groups. When :func:`~pymc_subsample.engine.groups.find_groups` recognises the
 structure, AustereMH, BarkerMinibatch and ScalableMH replace their joint move by this
-sweep, whose every move is exact (:mod:`pymc_subsample.kernels.hierarchical`: small
-groups' rows evaluated exactly, large groups' rows through Taylor sums and the factorised
-test with Poisson thinning of Cornish et al. 2019, Algorithm 2):
+sweep, whose every move is exact (:mod:`pymc_subsample.kernels.hierarchical`: the rows
+through Taylor sums and the factorised test with Poisson thinning of Cornish et al. 2019,
+Algorithm 2, and some small groups' rows evaluated exactly):
 
 1. **group effects**, all groups at once, each accepted on its own (conditionally
    independent given the rest): a random walk per group scaled by its conditional
@@ -121,7 +121,8 @@ class HierarchicalSweep:
     engine : LikelihoodEngine
     structure : GroupStructure
     exact_rows : int
-        Groups with at most this many rows are evaluated exactly at every move.
+        Groups with at most this many rows are kept in memory; a group move evaluates
+        them exactly when thinning would cost more (``_SMALL_RATE``).
     moves : dict
         Moves per sweep, by kind (``DEFAULT_MOVES``): ``groups`` (random walk per
         group), ``groups_gaussian`` (independence proposal per group), ``hyper``
@@ -174,7 +175,6 @@ class HierarchicalSweep:
         s1, s2, s2x = np.zeros(G), np.zeros(G), np.zeros((G, p))
         s1x, s2xx = np.zeros(p), np.zeros((p, p))
         if centre:
-            l1x, l2xx = np.zeros(p), np.zeros((p, p))
             lo, hi, xmax = np.full(G, np.inf), np.full(G, -np.inf), np.zeros(G)
             small = []
         for start in range(0, n, _CHUNK):
@@ -190,8 +190,6 @@ class HierarchicalSweep:
             s2xx += (X * d2[:, None]).T @ X
             if centre:
                 big = self.large[g]
-                l1x += X[big].T @ d1[big]
-                l2xx += (X[big] * d2[big, None]).T @ X[big]
                 np.minimum.at(lo, g, eta)
                 np.maximum.at(hi, g, eta)
                 np.maximum.at(xmax, g, np.linalg.norm(X, axis=1) if p else np.zeros(g.size))
@@ -200,11 +198,12 @@ class HierarchicalSweep:
         if not centre:
             return s1, s2, s2x, s1x, 0.5 * (s2xx + s2xx.T)
         self._fixed_sums = (s1x, 0.5 * (s2xx + s2xx.T))  # all rows, at the centre
+        # every non-empty group is expanded; the group moves still evaluate some small
+        # groups exactly (_expanded), from ``small``
         taylor = GroupTaylor(
-            beta_hat=beta.copy(), a_hat=a.copy(), large=self.large, s1=s1, s2=s2, s2x=s2x,
-            s1x=l1x, s2xx=0.5 * (l2xx + l2xx.T), lo=lo, hi=hi, xmax=xmax,
-            sizes=self.groups.sizes, family=s.family, params=s.params,
-            s1x_all=self._fixed_sums[0], s2xx_all=self._fixed_sums[1])
+            beta_hat=beta.copy(), a_hat=a.copy(), large=self.groups.sizes > 0, s1=s1, s2=s2,
+            s2x=s2x, s1x=self._fixed_sums[0], s2xx=self._fixed_sums[1], lo=lo, hi=hi,
+            xmax=xmax, sizes=self.groups.sizes, family=s.family, params=s.params)
         if small:
             small = SmallRows(*(np.concatenate([t[k] for t in small]) for k in range(4)))
         else:
@@ -222,7 +221,6 @@ class HierarchicalSweep:
             lambda b, a_: self._pass(b, a_), beta0, np.zeros(s.n_groups), s.n_groups,
             prior_prec_beta=prec)
         self.taylor, self.small = self._pass(beta, a, centre=True)
-        self.taylor_all = self.taylor.covering()
         self.eb = {"mu": mu, "tau": tau}
         self.cov_beta = cov_beta
         self.chol_beta = (np.linalg.cholesky(cov_beta) if cov_beta.size
@@ -345,15 +343,15 @@ class HierarchicalSweep:
         """The factorised test of a move of ``(beta, a)``. ``extra``: the data-free log
         ratio (per group with ``per_group``). Returns (accepted, rows read).
 
-        Every group's rows may enter through Taylor sums and thinning
-        (:meth:`GroupTaylor.covering`): the joint moves, which shift every row's
+        Every group's rows may enter through Taylor sums and thinning (``self.taylor``
+        expands every group): the joint moves, which shift every row's
         predictor a little, always take that route and read only the thinning's events.
         The group moves take it for the large groups and for each small group whose
         thinning rate is low (:meth:`_expanded`), and evaluate the other small groups'
         rows exactly. The choice depends on the pair of points only through the bound,
         which is symmetric in them, so each group's test stays reversible."""
         G = self.s.n_groups
-        t = self.taylor_all
+        t = self.taylor
         da, da_new = a - t.a_hat, a_new - t.a_hat
         c, rates = thinning_rates(t, db, da, db_new, da_new)
         if per_group:
@@ -368,9 +366,9 @@ class HierarchicalSweep:
             first = (float(np.sum(t.group_terms(db_new, da_new) - t.group_terms(db, da)))
                      + t.fixed_term(db_new) - t.fixed_term(db) + extra)
             ok = log_u < min(first, 0.0)
+            if not ok:
+                return False, 0
             used = 0
-        if not per_group and not ok:
-            return False, used
         ev = draw_events(rates, rng, per_group=per_group)
         used += ev.size
         if ev.size:

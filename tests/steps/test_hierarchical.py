@@ -154,7 +154,7 @@ def _exact_accept(sweep, db, a, db_new, a_new, extra, *, per_group):
     # the joint moves expand every group; the group moves the large ones and the small
     # ones with a low thinning rate
     if per_group:
-        t = sweep.taylor_all
+        t = sweep.taylor
         _, rates = thinning_rates(t, db, a - t.a_hat, db_new, a_new - t.a_hat)
         large_row = sweep._expanded(rates)[g]
     else:
@@ -223,7 +223,7 @@ def test_bounds_cover_every_row(sweep):
     and the difference bound ``K |d eta| r^2 / 2`` hold, and the latter is the one used
     for short moves far from the centre."""
     rng = np.random.default_rng(11)
-    t, g = sweep.taylor_all, sweep.s.group_of_row
+    t, g = sweep.taylor, sweep.s.group_of_row
     s = sweep.s
     rows = np.arange(sweep.engine.n_rows)
     k = get_family(s.family).sup_derivative(3, **s.params)  # logistic: a global bound
