@@ -353,8 +353,8 @@ class HierarchicalSweep:
         G = self.s.n_groups
         t = self.taylor
         da, da_new = a - t.a_hat, a_new - t.a_hat
-        c, rates = thinning_rates(t, db, da, db_new, da_new)
         if per_group:
+            c, rates = thinning_rates(t, db, da, db_new, da_new)
             expanded = self._expanded(rates)
             exact, used = small_diff(self.small, self.s.family, self.s.params, db, a,
                                      db_new, a_new, G, ~expanded)
@@ -366,8 +366,9 @@ class HierarchicalSweep:
             first = (float(np.sum(t.group_terms(db_new, da_new) - t.group_terms(db, da)))
                      + t.fixed_term(db_new) - t.fixed_term(db) + extra)
             ok = log_u < min(first, 0.0)
-            if not ok:
+            if not ok:  # rejected by the first factor: no bounds, no rows
                 return False, 0
+            c, rates = thinning_rates(t, db, da, db_new, da_new)
             used = 0
         ev = draw_events(rates, rng, per_group=per_group)
         used += ev.size
@@ -437,12 +438,17 @@ class HierarchicalSweep:
         step = np.exp(st.log_group) * 2.4 / np.sqrt(prec)
         a_new = a + step * rng.standard_normal(a.size)
         extra = normal_logpdf(a_new, loc, scale) - normal_logpdf(a, loc, scale)
-        log_u = np.log(rng.random(a.size))
-        ok, used = self._data_test(db, a, db, a_new, log_u, extra, rng, per_group=True)
+        q, used, ok = self._decide_groups(q, db, a, a_new, extra, (loc, scale), rng)
         if tune:
             st.log_group = _robbins_monro(st.log_group, ok, 0.44, st.n_tuned)
-        a = np.where(ok, a_new, a)
-        return s.with_effects(q, a, (loc, scale)), used, float(np.mean(ok))
+        return q, used, float(np.mean(ok))
+
+    def _decide_groups(self, q, db, a, a_new, extra, loc_scale, rng):
+        """Accept or reject each group's proposal ``a_new`` on its own (``extra``: the
+        data-free log ratio per group). Returns ``(state, rows read, accepted mask)``."""
+        log_u = np.log(rng.random(a.size))
+        ok, used = self._data_test(db, a, db, a_new, log_u, extra, rng, per_group=True)
+        return self.s.with_effects(q, np.where(ok, a_new, a), loc_scale), used, ok
 
     def _move_groups_gaussian(self, q, rng):
         """Every group effect from the Gaussian approximation of its conditional (the
@@ -458,10 +464,8 @@ class HierarchicalSweep:
         a_new = m + sd * rng.standard_normal(a.size)
         extra = (normal_logpdf(a_new, loc, scale) - normal_logpdf(a, loc, scale)
                  + normal_logpdf(a, m, sd) - normal_logpdf(a_new, m, sd))
-        log_u = np.log(rng.random(a.size))
-        ok, used = self._data_test(db, a, db, a_new, log_u, extra, rng, per_group=True)
-        a = np.where(ok, a_new, a)
-        return s.with_effects(q, a, (loc, scale)), used, float(np.mean(ok))
+        q, used, ok = self._decide_groups(q, db, a, a_new, extra, (loc, scale), rng)
+        return q, used, float(np.mean(ok))
 
     def _hyper_step(self, rng, factor):
         """A random-walk step of the hyperparameters: ``2.38 / sqrt(k)`` times the
