@@ -9,6 +9,7 @@ names the variable and says what to do instead.
 from __future__ import annotations
 
 import hashlib
+import weakref
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -233,8 +234,33 @@ def _find_rows(model, row_dim):
     return row_dim, n_rows
 
 
+# model -> {(structure, vars, options): graph}
+_logp_graphs: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def model_logp(model, vars, **kwargs):
+    """``model.logp(vars=vars, **kwargs)``, built once per model structure and process.
+
+    PyMC derives a log-density graph by rewriting the model's graph (tens of
+    milliseconds, several times per step construction); a step built again on the same
+    model reuses the graphs (immutable, like every PyTensor graph). The key holds the
+    identities of the model's variables, transforms and potentials, so a model that
+    gained a variable gets new graphs."""
+    key = (
+        tuple(id(v) for v in model.free_RVs), tuple(id(v) for v in model.observed_RVs),
+        tuple(id(v) for v in model.potentials), tuple(id(v) for v in model.value_vars),
+        tuple(id(t) for t in model.rvs_to_transforms.values()),
+        tuple(id(v) for v in vars), tuple(sorted(kwargs.items())),
+    )
+    per_model = _logp_graphs.setdefault(model, {})
+    graph = per_model.get(key)
+    if graph is None:
+        graph = per_model[key] = model.logp(vars=vars, **kwargs)
+    return graph
+
+
 def _loglik_terms(model):
-    terms = model.logp(vars=model.observed_RVs, sum=False)
+    terms = model_logp(model, model.observed_RVs, sum=False)
     out = []
     for rv, term in zip(model.observed_RVs, terms):
         if term.ndim == 0:
@@ -262,7 +288,7 @@ def _prior_terms(model, data_vars):
         prior_vars.append(pot)
     if not prior_vars:
         return pt.constant(0.0, dtype="float64")
-    return model.logp(vars=prior_vars, jacobian=True, sum=True)
+    return model_logp(model, prior_vars, jacobian=True, sum=True)
 
 
 def _data_candidates(model, n, shared):

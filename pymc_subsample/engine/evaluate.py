@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import weakref
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Callable
@@ -106,6 +107,38 @@ def thread_copy(fn):
             copy = per_thread[ident] = fn.copy(share_memory=False)
             copy.trust_input = fn.trust_input
     return copy
+
+
+# model -> {(graph token, key): (compiled function(s), {value var: shared variable})}
+_reused: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_reused_lock = threading.Lock()
+
+
+def _swapped(compiled, swap):
+    """``compiled`` (a function, or a tuple or list of them) reading the shared variables
+    ``swap`` maps to instead of their keys: ``Function.copy(swap=...)``, which links the
+    already rewritten graph again (no graph rewriting)."""
+    if isinstance(compiled, (tuple, list)):
+        return type(compiled)(_swapped(c, swap) for c in compiled)
+    if not hasattr(compiled, "maker"):
+        return compiled
+    present = {i.variable for i in compiled.maker.inputs}
+    mine = {old: new for old, new in swap.items() if old in present}
+    if not mine:
+        return compiled
+    out = compiled.copy(swap=mine)
+    out.trust_input = compiled.trust_input
+    return out
+
+
+def forget_compiled(model=None) -> None:
+    """Drop the compiled functions kept for reuse (:meth:`BatchFunctions.reused`): those
+    of ``model``, or all."""
+    with _reused_lock:
+        if model is None:
+            _reused.clear()
+        else:
+            _reused.pop(model, None)
 
 
 @dataclass(frozen=True)
@@ -224,7 +257,7 @@ class BatchFunctions:
     """Compiling and calling the functions of :data:`FUNCTIONS` (a base of
     :class:`~pymc_subsample.engine.likelihood.LikelihoodEngine`, which provides
     ``_joined``, ``_compiled``, ``compile_kwargs``, ``gather``, ``gather_slice``,
-    ``n_rows`` and ``ndim``)."""
+    ``n_rows``, ``ndim``, ``model``, ``shared`` and ``graph_token``)."""
 
     #: whether a Hessian pass costs about a gradient pass (the mode search then takes
     #: exact Newton steps from its warm start); the compiled Hessian graph does not
@@ -247,9 +280,47 @@ class BatchFunctions:
         f.trust_input = True
         return f
 
+    def reused(self, key, build):
+        """``build()``'s compiled function(s), built once per model graph and process.
+
+        Building a step again on the same model (a second ``pm.sample`` in a notebook, a
+        benchmark's repeats) rewrites the same graphs again, which costs more than the
+        step's passes over the data at 10^6 rows even with PyTensor's compile cache warm.
+        So compiled functions are kept per model (weakly: they go with the model) under
+        ``(graph_token, key)``: ``graph_token`` names what the graphs are built from (the
+        model's variables, the step's variables and their shapes, the row data's types,
+        the compile settings) and ``key`` what is built from it. The graphs read the
+        step's variables through ``q`` and other steps' variables through shared
+        variables; a new step has new ones of those, which the reused function is
+        copied to read (``Function.copy(swap=...)``: linking only).
+        """
+        token = (self.graph_token, key)
+        with _reused_lock:
+            per_model = _reused.get(self.model)
+            entry = None if per_model is None else per_model.get(token)
+        if entry is None:
+            compiled = build()
+            with _reused_lock:
+                _reused.setdefault(self.model, {})[token] = (compiled, dict(self.shared))
+            return compiled
+        compiled, shared = entry
+        swap = {shared[k]: v for k, v in self.shared.items() if shared.get(k) is not v}
+        return _swapped(compiled, swap) if swap else compiled
+
+    def reused_if_any(self, key):
+        """What :meth:`reused` would return for ``key`` if it was built before, else None
+        (nothing is built)."""
+        with _reused_lock:
+            per_model = _reused.get(self.model)
+            entry = None if per_model is None else per_model.get((self.graph_token, key))
+        if entry is None:
+            return None
+        return self.reused(key, None)
+
     def _fn(self, key, *, fast_compile=False):
         """The compiled function ``key`` of :data:`FUNCTIONS`, compiled on first use
-        (compiles dominate set-up).
+        (compiles dominate set-up) or reused from an engine of the same model graph
+        (:meth:`reused`).
 
         ``fast_compile=True`` compiles without generating C code (PyTensor's
         ``FAST_COMPILE`` mode: seconds less to build, slower to run), for functions that
@@ -259,12 +330,15 @@ class BatchFunctions:
         f = self._compiled.get(cache_key)
         if f is None:
             spec = FUNCTIONS[key]
-            inputs, outputs = spec.graph(self._joined)
-            if spec.rows:
-                inputs = [*inputs, *self._joined.batch]
-            f = self.function(inputs, outputs, **({"mode": "FAST_COMPILE"} if fast_compile
-                                                  else {}))
-            self._compiled[cache_key] = f
+
+            def build():
+                inputs, outputs = spec.graph(self._joined)
+                if spec.rows:
+                    inputs = [*inputs, *self._joined.batch]
+                return self.function(inputs, outputs, **(
+                    {"mode": "FAST_COMPILE"} if fast_compile else {}))
+
+            f = self._compiled[cache_key] = self.reused(("engine", cache_key), build)
         return f
 
     def compile(self, *keys) -> None:

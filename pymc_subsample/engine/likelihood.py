@@ -105,12 +105,29 @@ class LikelihoodEngine(BatchFunctions):
                                         self._batch_inputs)
         self._compiled = {}
         self.ndim = int(sum(np.prod(point[v.name].shape, dtype=int) for v in self.vars))
+        self.graph_token = self._graph_token(point)
         if check:
             # the data first: a NaN covariate makes PyMC's parameter checks (one switch
             # over the whole batch) fail every row of a batch that holds it
             self.check_rows(self.initial_q())
             check_factorises(self.loglik, self.n_rows, self.initial_q(),
                              [rv.name for rv in model.observed_RVs])
+
+    def _graph_token(self, point) -> tuple:
+        """What the compiled functions are built from (:meth:`~pymc_subsample.engine.
+        evaluate.BatchFunctions.reused`): the model's variables (by identity: the model
+        keeps them alive), the step's variables and the shapes of every value variable,
+        the shared variables' keys, the row data and their types, ``N`` and the compile
+        settings. Two engines with equal tokens compile the same graphs."""
+        m = self.model
+        ids = lambda xs: tuple(id(x) for x in xs)  # noqa: E731
+        return (
+            ids(m.free_RVs), ids(m.observed_RVs), ids(m.potentials), ids(m.value_vars),
+            ids(self.vars), tuple(sorted(id(k) for k in self.shared)),
+            tuple((k, np.shape(v), str(np.asarray(v).dtype)) for k, v in sorted(point.items())),
+            tuple((id(r.variable), str(r.batch_input.type)) for r in self.rows),
+            self.row_dim, self.n_rows, repr(sorted(self.compile_kwargs.items())),
+        )
 
     def check_rows(self, q, *, chunk: int = 65536):
         """One pass over all rows (:meth:`map_rows`) that refuses data the steps cannot

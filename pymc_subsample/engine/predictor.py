@@ -29,6 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 import pytensor
 import pytensor.tensor as pt
+from pytensor.graph.replace import vectorize_graph
 
 from .batch_graph import lift_gathers, parameter_parts
 from .evaluate import thread_copy
@@ -81,12 +82,19 @@ class PredictorMap:
     _eta_fn: object
     _y_index: int
     engine: object
-    _vjp_graph: tuple = None
     _vjp_fn: object = None
     scale: bool = False
+    #: the rows' values at every row of a matrix ``V`` of coordinates (the batch graph
+    #: vectorised over ``v``), or None
+    _stack_fn: object = None
+    #: ``v(q) == q[select]`` exactly (the parts are the sampled variables themselves, as
+    #: in an ordinary GLM): indexing instead of a compiled call, several per step
+    _select: np.ndarray | None = None
 
     def v(self, q) -> np.ndarray:
         """The predictor coordinates at ``q``."""
+        if self._select is not None:
+            return np.asarray(q, dtype=np.float64)[self._select]
         return np.asarray(self._v_fn(np.asarray(q, dtype=np.float64)), dtype=np.float64)
 
     def eta(self, v, data) -> np.ndarray:
@@ -103,11 +111,10 @@ class PredictorMap:
         return np.broadcast_to(np.asarray(out, dtype=np.float64), rows)
 
     def vjp(self, q, u) -> np.ndarray:
-        """``(dv/dq)' u`` at ``q`` (compiled on first use)."""
+        """``(dv/dq)' u`` at ``q`` (compiled for a ``v(q)`` curved about the initial
+        point; for an affine one ``A' u`` with ``A`` by differences)."""
         if self._vjp_fn is None:
-            q_in, u_in, out = self._vjp_graph
-            self._vjp_fn = pytensor.function([q_in, u_in], out)
-            self._vjp_fn.trust_input = True
+            return self.jacobian_v(q).T @ np.asarray(u, dtype=np.float64)
         return np.asarray(self._vjp_fn(np.asarray(q, dtype=np.float64),
                                        np.asarray(u, dtype=np.float64)))
 
@@ -182,13 +189,28 @@ class PredictorMap:
     def jacobian(self, v, data):
         """The rows' values at ``v`` (:meth:`channels`) and their exact Jacobian in ``v``
         (columns ``eta(v + e_j) - eta(v)``: ``eta`` is affine in ``v``); pairs
-        ``(eta, s)``, ``(A, B)`` with a log scale."""
-        eye = np.eye(self.size)
-        base = self.channels(v, data)
-        moved = [self.channels(v + eye[j], data) for j in range(self.size)]
+        ``(eta, s)``, ``(A, B)`` with a log scale.
+
+        The ``p + 1`` points are evaluated in one call of the batch graph vectorised over
+        ``v`` (for ``eta = X v`` one matrix product ``X [v, v + e_1, ...]``, which reads
+        the chunk once instead of ``p + 1`` times)."""
+        v = np.asarray(v, dtype=np.float64)
+        points = np.vstack([v, v + np.eye(self.size)])
+        rows = data[0].shape[0]
+        fn = self._stack_fn
+        if fn is None:
+            values = [self.channels(p, data) for p in points]
+            channels = list(zip(*values)) if self.scale else [values]
+            channels = [np.stack(c) for c in channels]
+        else:
+            out = thread_copy(fn)(points, *data)
+            channels = [np.broadcast_to(np.asarray(o, dtype=np.float64), (points.shape[0], rows))
+                        for o in (out if self.scale else [out])]
+        base = [c[0].copy() for c in channels]
+        J = [(c[1:] - c[0]).T for c in channels]
         if self.scale:
-            return base, tuple(np.column_stack([m[k] - base[k] for m in moved]) for k in (0, 1))
-        return base, np.column_stack([m - base for m in moved])
+            return tuple(base), tuple(J)
+        return base[0], J[0]
 
     def chunk_sums(self, v, data, order: int = 2, *, base=None, J=None):
         """``(sum_i l_i, G, H)`` over the rows in ``data`` at ``v`` (``l_i`` up to a
@@ -300,29 +322,53 @@ class PredictorLikelihood:
     def prior_hessian(self, q):
         return self.engine.prior_hessian(q)
 
-    def _pass(self, q, order, chunks=None):
+    def _pass(self, q, order, chunks=None, rider=None):
         """``(sum_i l_i, gradient, Hessian)`` in ``q``: over ``chunks`` (a list of row
-        data), or over all rows by the engine's parallel pass (:meth:`map_rows`)."""
+        data), or over all rows by the engine's parallel pass (:meth:`map_rows`).
+
+        ``rider`` (all rows only): an object whose ``chunk(J, base, y, start, stop)`` is
+        computed on every chunk from the rows' Jacobian in ``v`` and whose
+        ``add(start, stop, result)`` takes the results in row order; its ``sums_v`` is
+        set to the pass's gradient and Hessian in ``v`` (see :func:`pymc_subsample.center.
+        find_center`'s ``rider=``)."""
         v, vmap = self.vmap.v(q), self.vmap
         acc = [0.0, 0.0, 0.0]
 
         def add(start, stop, result):
-            val, g, h = result
+            val, g, h = result[:3]
             acc[0], acc[1] = acc[0] + val, acc[1] + g
             acc[2] = acc[2] + h if order == 2 else None
+            if rider is not None:
+                rider.add(start, stop, result[3])
+
+        def one_chunk(data, start=0, stop=0):
+            base, J = vmap.jacobian(v, data)
+            out = vmap.chunk_sums(v, data, order, base=base, J=J)
+            if rider is None:
+                return out
+            return (*out, rider.chunk(J, base, vmap.y(data), start, stop))
 
         if chunks is None:
             eng = self.engine
-            eng.map_rows(lambda a, b: vmap.chunk_sums(v, eng.gather_slice(a, b), order), add)
+            eng.map_rows(lambda a, b: one_chunk(eng.gather_slice(a, b), a, b), add)
         else:
             for data in chunks:
-                add(0, 0, vmap.chunk_sums(v, data, order))
+                add(0, 0, one_chunk(data))
         total, grad, hess = acc
-        grad = self.A.T @ grad
-        return total, grad, (None if hess is None else self.A.T @ (0.5 * (hess + hess.T)) @ self.A)
+        if hess is not None:
+            hess = 0.5 * (hess + hess.T)
+        if rider is not None:
+            rider.sums_v = (grad, hess)
+        return total, self.A.T @ grad, (None if hess is None else self.A.T @ hess @ self.A)
 
     def loglik_hessian(self, q, rows):
         return self._pass(q, 2, [self.engine.gather(np.asarray(rows, dtype=np.int64))])
+
+    def subsample(self, rows):
+        """The log-likelihood of ``rows`` with their data gathered once: an object with
+        ``hessian(q)`` (as :meth:`loglik_hessian`) and ``value(q)`` (as
+        :meth:`loglik_sum`), for the mode search's warm start."""
+        return _Subsample(self, self.engine.gather(np.asarray(rows, dtype=np.int64)))
 
     def loglik_sum(self, q, rows) -> float:
         data = self.engine.gather(np.asarray(rows, dtype=np.int64))
@@ -338,8 +384,29 @@ class PredictorLikelihood:
         total, grad, _ = self._pass(q, 1)
         return total, grad
 
-    def full_loglik_hessian(self, q):
-        return self._pass(q, 2)
+    def full_loglik_hessian(self, q, *, rider=None):
+        return self._pass(q, 2, rider=rider)
+
+
+class _Subsample:
+    """:meth:`PredictorLikelihood.subsample`: the gathered rows, read in chunks of
+    ``CHUNK`` rows (bounded temporaries: the Jacobian and the weighted Gram matrix are
+    a few arrays of ``CHUNK x p``)."""
+
+    CHUNK = 65536
+
+    def __init__(self, lik, data):
+        n = data[0].shape[0]
+        self.lik = lik
+        self.chunks = [[d[s:s + self.CHUNK] for d in data] for s in range(0, n, self.CHUNK)]
+
+    def hessian(self, q):
+        return self.lik._pass(q, 2, self.chunks)
+
+    def value(self, q) -> float:
+        vmap = self.lik.vmap
+        v = vmap.v(q)
+        return math.fsum(vmap.chunk_loglik(v, c) for c in self.chunks)
 
 
 def affine_likelihood(engine, spec, q0):
@@ -358,7 +425,11 @@ def predictor_map(engine, spec, *, curved_at=None) -> PredictorMap | None:
 
     With ``curved_at`` (a point ``q``), return None as soon as ``v(q)`` is found affine
     about it, before the linear predictor is compiled (the callers that only want
-    curved predictors skip most of the compilation on an ordinary GLM)."""
+    curved predictors skip most of the compilation on an ordinary GLM).
+
+    The compiled functions are built once per model graph (:meth:`~pymc_subsample.
+    engine.evaluate.BatchFunctions.reused`): a second step on the same model reuses
+    them."""
     if not get_family(spec.family).predictor_coordinates:
         raise ValueError(f"predictor coordinates do not cover the family {spec.family!r}.")
     scale = spec.two_param
@@ -370,6 +441,46 @@ def predictor_map(engine, spec, *, curved_at=None) -> PredictorMap | None:
                 f"ScalableMH bounds='auto': observed '{spec.observed}' has a {key} per row; the "
                 "predictor coordinates need one value for all rows.")
         params[key] = float(arr.reshape(-1)[0])
+    key = ("predictor_map", spec.observed, str(spec.family), scale)
+    cached = engine.reused_if_any(key)
+    if cached is None:
+        analysis = _predictor_parts(engine, spec, scale)
+        if curved_at is not None and is_affine(
+            analysis[0], np.asarray(curved_at, dtype=np.float64), np.random.default_rng(0)
+        ):
+            return None
+        cached = engine.reused(key, lambda: _compile_predictor(engine, spec, scale, analysis))
+    v_fn, eta_fn, stack_fn, vjp_fn, offset, labels, y_index, select = cached
+    if curved_at is not None and is_affine(
+        v_fn, np.asarray(curved_at, dtype=np.float64), np.random.default_rng(0)
+    ):
+        return None
+    return PredictorMap(spec.family, params, offset, labels, v_fn, eta_fn, y_index, engine,
+                        _vjp_fn=vjp_fn, scale=scale, _stack_fn=stack_fn, _select=select)
+
+
+def _selection(v_fn, ndim: int) -> np.ndarray | None:
+    """``idx`` with ``v_fn(q) == q[idx]`` exactly for every ``q`` tried, else None. Two
+    points with distinct random entries (a fixed seed: set-up, not sampling) locate
+    each coordinate and confirm it."""
+    rng = np.random.default_rng(0)
+    try:
+        first, second = rng.standard_normal(ndim), rng.standard_normal(ndim)
+        v1 = np.asarray(v_fn(first), dtype=np.float64)
+        idx = np.array([int(np.flatnonzero(first == x)[0]) if np.any(first == x) else -1
+                        for x in v1], dtype=np.int64)
+        if idx.size == 0 or np.any(idx < 0):
+            return None
+        if not np.array_equal(np.asarray(v_fn(second), dtype=np.float64), second[idx]):
+            return None
+    except Exception:  # noqa: BLE001 - the compiled function stays the reference
+        return None
+    return idx
+
+
+def _predictor_parts(engine, spec, scale):
+    """``(v_fn, q, flat, shapes, parts, channels)``: the parameter parts of the linear
+    predictor (and log scale) and ``v(q)`` compiled (:func:`predictor_map`)."""
     model = engine.model
     data_vars = engine.row_variables(
         [pt.as_tensor_variable(x) for x in (spec.eta, spec.log_scale) if x is not None])
@@ -393,12 +504,17 @@ def predictor_map(engine, spec, *, curved_at=None) -> PredictorMap | None:
         + [pt.as_tensor_variable(p.shape) for p in parts])
     v_fn = pytensor.function([q], flat)
     v_fn.trust_input = True
-    if curved_at is not None and is_affine(
-        v_fn, np.asarray(curved_at, dtype=np.float64), np.random.default_rng(0)
-    ):
-        return None
-    u_in = pt.dvector("u")
-    vjp_graph = (q, u_in, pytensor.grad(pt.sum(flat * u_in), q))
+    return v_fn, q, flat, shapes, parts, channels
+
+
+def _compile_predictor(engine, spec, scale, analysis):
+    """The compiled functions of :class:`PredictorMap` and its sizes: ``(v_fn, eta_fn,
+    stack_fn, vjp_fn, size, labels, y_index, select)`` (``select``: :func:`_selection`); ``vjp_fn`` only when ``v(q)`` is curved
+    about the initial point (the surrogate gradient of a curved predictor), ``stack_fn``
+    None when the batch graph could not be vectorised over ``v``."""
+    v_fn, q, flat, shapes, parts, channels = analysis
+    model = engine.model
+    value_vars = set(model.value_vars)
     shape_fn = pytensor.function([q], shapes)
     q0 = engine.initial_q()
     part_shapes = [tuple(int(s) for s in sh) for sh in shape_fn(q0)]
@@ -416,6 +532,18 @@ def predictor_map(engine, spec, *, curved_at=None) -> PredictorMap | None:
             f"{left[0]} outside any data-free parameter expression.")
     batch = engine.to_batch(channels_v)
     eta_fn = engine.compile_over_rows([v_in], batch if scale else batch[0])
+    stack_fn = None
+    try:
+        V_in = pt.dmatrix("V")
+        stacked = vectorize_graph(batch, replace={v_in: V_in})
+        stack_fn = engine.compile_over_rows([V_in], stacked if scale else stacked[0])
+    except Exception:  # noqa: BLE001 - the Jacobian then evaluates the points one by one
+        stack_fn = None
+    vjp_fn = None
+    if not is_affine(v_fn, q0, np.random.default_rng(0)):
+        u_in = pt.dvector("u")
+        vjp_fn = pytensor.function([q, u_in], pytensor.grad(pt.sum(flat * u_in), q))
+        vjp_fn.trust_input = True
     obs_value = model.rvs_to_values[model[spec.observed]]
     y_index = next((k for k, r in enumerate(engine.rows) if r.variable is obs_value), None)
     if y_index is None:
@@ -424,8 +552,8 @@ def predictor_map(engine, spec, *, curved_at=None) -> PredictorMap | None:
             "expression of the data (e.g. PyMC's conversion of a file in another dtype), "
             "not a data array.")
     labels = [str(p.name or p.owner.op if p.owner else p) for p in parts]
-    return PredictorMap(spec.family, params, offset, labels, v_fn, eta_fn, y_index, engine,
-                        vjp_graph, scale=scale)
+    return (v_fn, eta_fn, stack_fn, vjp_fn, offset, labels, y_index,
+            _selection(v_fn, q0.size))
 
 
 def covered_predictor_map(engine, spec, q_hat, *, curved_only=False):

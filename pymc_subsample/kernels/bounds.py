@@ -299,7 +299,11 @@ def predictor_constants(family, order: int, J, base, *, whiten=None, radius=None
     from .region import local_sup  # region bounds; region.py does not import this module
 
     fam = find_family(family) or family
-    M = np.abs(J).max(axis=1) if whiten is None else np.linalg.norm(J @ whiten, axis=1)
+    if whiten is None:
+        M = np.abs(J).max(axis=1)
+    else:
+        W = J @ whiten
+        M = np.sqrt(np.einsum("ij,ij->i", W, W))  # row norms, without norm's temporaries
     M = M * (1.0 + 1e-7)  # rounding margin: the differences of an affine function are exact
     if radius is not None:
         width = M * radius + 1e-9 * (1.0 + np.abs(base))

@@ -88,10 +88,11 @@ def _sup(g, lo, hi, critical):
     points (``critical``: scalars or per-row arrays)."""
     val = np.maximum(np.abs(g(lo)), np.abs(g(hi)))
     for c in critical:
-        c = np.broadcast_to(c, np.shape(lo))
         inside = (lo <= c) & (c <= hi)
         if np.any(inside):
-            val = np.where(inside, np.maximum(val, np.abs(g(c))), val)
+            # a scalar critical point: |g(c)| once, not once per row
+            gc = np.abs(g(np.float64(c) if np.ndim(c) == 0 else c))
+            val = np.where(inside, np.maximum(val, gc), val)
     return val
 
 

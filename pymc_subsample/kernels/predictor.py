@@ -112,8 +112,21 @@ def predictor_sums(family, y, params, eta_hat, A, order: int, *, value: bool = F
     gradient and Hessian in ``v`` (the mode search's Newton pass)."""
     l0, d1, d2 = row_loglik(family, eta_hat, y, params)
     grad = A.T @ d1
-    hess = (A * d2[:, None]).T @ A if order == 2 else None
+    hess = weighted_gram(A, d2) if order == 2 else None
     return (float(l0.sum()), grad, hess) if value else (grad, hess)
+
+
+def weighted_gram(A, w) -> np.ndarray:
+    """``A' diag(w) A`` (a GLM's Hessian ``X' W X``). When the weights have one sign (a
+    log-concave family: ``l'' <= 0``) it is ``+-B'B`` with ``B = sqrt(|w|) A``, a
+    symmetric product that NumPy hands to BLAS's ``syrk`` (half the work of a general
+    product)."""
+    w = np.asarray(w, dtype=np.float64)
+    if w.size and (np.all(w <= 0) or np.all(w >= 0)):
+        sign = -1.0 if np.all(w <= 0) else 1.0
+        B = A * np.sqrt(np.abs(w))[:, None]
+        return sign * (B.T @ B)
+    return (A * w[:, None]).T @ A
 
 
 def scale_row_loglik(family, eta, s, y, params: dict):

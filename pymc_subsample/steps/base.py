@@ -27,6 +27,7 @@ from pymc.step_methods.compound import Competence
 from pymc.util import get_value_vars_from_user_vars
 
 from ..engine import LikelihoodEngine
+from ..engine.analysis import model_logp
 from ..kernels._validation import check_choice, check_positive_int
 from ..out_of_core import keep_observations_on_disk
 from .data import DataGuard
@@ -173,7 +174,7 @@ class SubsampleStep(DataGuard, ChainState, ArrayStepShared):
         precomputed sums no longer match the likelihood.
         """
         model = self.engine.model
-        ll = model.logp(vars=model.observed_RVs, sum=True)
+        ll = model_logp(model, model.observed_RVs, sum=True)
         used = set(ancestors([ll]))
         mine = set(self.engine.vars)
         return [

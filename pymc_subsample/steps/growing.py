@@ -149,7 +149,7 @@ class GrowingBatchStep(MHStep):
             return None
         eng = self.engine
         self.center, self._setup_warning = setup.locate_center(
-            eng, eng, self._center_arg, "the control variates' centre",
+            setup.mode_likelihood(eng), eng, self._center_arg, "the control variates' centre",
             "the control variates may not reduce the variance. Pass center= (e.g. from "
             "pm.find_MAP) or set recenter=True.")
         mean, cov = self.center.laplace(self.loglik_weight)

@@ -9,6 +9,7 @@ import math
 
 import numpy as np
 
+from ..center import inverse_pd
 from ..engine.glm import detect_glm
 from ..engine.predictor import affine_likelihood
 from ..kernels.control_variates import PredictorTaylorControlVariate, TaylorControlVariate
@@ -17,7 +18,13 @@ from ..kernels._validation import check_choice, check_int, check_positive
 from ..kernels.smh import smh_test
 from . import setup
 from .mh import Decision, MHStep
-from .scalable_bounds import bound_coordinates, check_bound_args, predictor_bounds, q_bounds
+from .scalable_bounds import (
+    BoundsRider,
+    bound_coordinates,
+    check_bound_args,
+    predictor_bounds,
+    q_bounds,
+)
 from .state import BASE_STATS, acceptance_probability, setting_stats
 
 __all__ = ["ScalableMH"]
@@ -234,20 +241,31 @@ class ScalableMH(MHStep):
         whitened = self.bound_form == "whitened"
         # an ordinary GLM: the mode search's passes use the predictor coordinates' NumPy
         # row terms instead of compiling the engine's Hessian graph
-        affine_map, lik = None, eng
+        affine_map, lik, rider = None, eng, None
         if self._glm_spec is not None and whitened:
             affine_map, lik = affine_likelihood(eng, self._glm_spec, eng.initial_q())
+        if affine_map is not None:
+            # the bound constants ride on the mode search's last pass (BoundsRider)
+            spec, order, region = self._glm_spec, self.order, self._region_arg
+
+            def rider(q, sums):
+                cov = inverse_pd(-(sums[1] + sums[3]))
+                return BoundsRider(affine_map, spec, order, q, cov, region)
+
         self.center, self._setup_warning = setup.locate_center(
             lik, eng, self._center_arg, "the centre of the control variates and bounds",
             "the bounds hold but may be loose, so the test may read many rows. Pass center= "
-            "(e.g. from pm.find_MAP).")
+            "(e.g. from pm.find_MAP).", rider=rider)
         self.theta_hat = self.center.theta
         gauss_mean, cov = self.center.laplace()
         self._set_laplace(gauss_mean, cov)
         vmap = bound_coordinates(eng, self._glm_spec, self.theta_hat, affine_map, whitened)
         if vmap is not None:
-            proxy, self.bounds = predictor_bounds(vmap, self._glm_spec, self.order,
-                                                  self.theta_hat, cov, self._region_arg)
+            if vmap is affine_map and self.center.rider is not None:
+                proxy, self.bounds = self.center.rider.finish()
+            else:
+                proxy, self.bounds = predictor_bounds(vmap, self._glm_spec, self.order,
+                                                      self.theta_hat, cov, self._region_arg)
             self.control = PredictorTaylorControlVariate(vmap, proxy)
             self._curved = not vmap.v_is_affine(self.theta_hat)
         else:

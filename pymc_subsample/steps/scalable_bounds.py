@@ -21,12 +21,13 @@ import scipy.linalg as sla
 from ..engine.glm import chunk_psi, eta_is_affine, glm_psi, two_param_chunk_psi
 from ..engine.predictor import covered_predictor_map
 from ..kernels.alias import AliasTable
+from ..kernels.bounds import UpperBounds
 from ..kernels.control_variates import TaylorProxy
 from ..kernels.families import supported_text
 from ..kernels.phi import region_phi, taylor_phi
 from ..kernels.predictor import whitening
 
-__all__ = ["Bounds", "bound_coordinates", "check_bound_args", "predictor_bounds", "q_bounds"]
+__all__ = ["Bounds", "BoundsRider", "bound_coordinates", "check_bound_args", "predictor_bounds", "q_bounds"]
 
 
 @dataclass
@@ -163,30 +164,64 @@ def bound_coordinates(engine, spec, q_hat, affine_map, whitened: bool):
     return vmap
 
 
+class BoundsRider:
+    """The predictor coordinates' bound constants ``psi_i`` computed chunk by chunk from
+    the rows' Jacobian in ``v``: on their own pass (:func:`predictor_bounds`), or riding
+    on the mode search's last Hessian pass (:func:`pymc_subsample.center.find_center`'s
+    ``rider=``), which reads the same Jacobian, so that the centre's sums and the bounds
+    come from one pass over the data.
+
+    The whitening ``L`` is that of the Gaussian approximation ``cov`` given here. On the
+    mode search's pass it comes from the previous iterate's Hessian: any invertible
+    ``L`` gives valid bounds (:func:`pymc_subsample.kernels.predictor.whitening`), and
+    the step whitens its moves with this same ``L``, so only the bounds' tightness
+    depends on it.
+    """
+
+    def __init__(self, vmap, spec, order, theta, cov, region_arg):
+        self.vmap, self.spec, self.order = vmap, spec, order
+        self.theta = np.asarray(theta, dtype=np.float64)
+        self.chol, self.whiten_inv = whitening(vmap.jacobian_v(self.theta), cov)
+        self.region = region_radius(region_arg, vmap.size)
+        if self.region is None and (not spec.glm_family.global_bound or vmap.scale):
+            raise ValueError(
+                f"ScalableMH: observed '{spec.observed}' ({spec.family}) has derivatives "
+                "that are unbounded over the whole space; it needs region bounds "
+                "(region='auto' or a radius).")
+        self.psi = UpperBounds(vmap.engine.n_rows)
+        self.sums_v = None
+
+    def chunk(self, J, base, y, start, stop):
+        """A chunk's constants from its Jacobian ``J`` and predictors ``base`` at the
+        centre (pairs with a log scale)."""
+        params = self.vmap.params  # the family's fixed parameters
+        if self.vmap.scale:
+            return two_param_chunk_psi(self.spec.family, self.order, J, base, y,
+                                       whiten=self.chol, radius=self.region, **params)
+        return chunk_psi(self.spec, self.order, J, base, whiten=self.chol,
+                         radius=self.region, y=y, **params)
+
+    def add(self, start, stop, values):
+        self.psi.put(start, stop, values)
+
+    def finish(self, psi=None):
+        """``(proxy, Bounds)`` once the pass is done (``sums_v``: its sums in ``v``;
+        ``psi``: the constants, when a pass other than :meth:`add` collected them)."""
+        grad, hess = self.sums_v
+        proxy = TaylorProxy(self.vmap.v(self.theta), grad, hess, self.order)
+        psi = self.psi.values if psi is None else psi
+        return proxy, Bounds(psi, "whitened", self.order, self.whiten_inv,
+                             self.region, path=self.spec.two_param)
+
+
 def predictor_bounds(vmap, spec, order, theta_hat, cov, region_arg):
     """Taylor proxy, whitening, region and bound constants in the predictor coordinates
-    ``v = v(q)`` (:mod:`pymc_subsample.kernels.predictor`): one pass. Returns
-    ``(proxy, Bounds)``."""
-    v_hat = vmap.v(theta_hat)
-    chol, whiten_inv = whitening(vmap.jacobian_v(theta_hat), cov)
-    region = region_radius(region_arg, vmap.size)
-    if region is None and (not spec.glm_family.global_bound or vmap.scale):
-        raise ValueError(
-            f"ScalableMH: observed '{spec.observed}' ({spec.family}) has derivatives that "
-            "are unbounded over the whole space; it needs region bounds (region='auto' "
-            "or a radius).")
-    params = vmap.params  # the family's fixed parameters
-
-    def psi_chunk(J, base, y, start, stop):
-        if vmap.scale:
-            return two_param_chunk_psi(spec.family, order, J, base, y, whiten=chol,
-                                       radius=region, **params)
-        return chunk_psi(spec, order, J, base, whiten=chol, radius=region, y=y, **params)
-
-    grad, hess, psi = vmap.data_pass(v_hat, order, psi_chunk)
-    proxy = TaylorProxy(v_hat, grad, hess, order)
-    return proxy, Bounds(psi, "whitened", order, whiten_inv, region,
-                         path=spec.two_param)
+    ``v = v(q)`` (:mod:`pymc_subsample.kernels.predictor`): one pass of a
+    :class:`BoundsRider`. Returns ``(proxy, Bounds)``."""
+    rider = BoundsRider(vmap, spec, order, theta_hat, cov, region_arg)
+    grad, hess, psi = vmap.data_pass(vmap.v(theta_hat), order, rider.chunk)
+    rider.sums_v = (grad, hess)
+    return rider.finish(psi)
 
 
 def q_bounds(engine, spec, bounds_arg, form, order, theta_hat, chol, region_arg):

@@ -297,7 +297,7 @@ class SGLD(SubsampleStep):
             if msg:
                 raise ValueError(msg)
             self.center, self._setup_warning = setup.locate_center(
-                eng, eng, self._center_arg,
+                setup.mode_likelihood(eng), eng, self._center_arg,
                 "the centre of the control variates and of the Laplace preconditioner",
                 "pass center=.")
             mean, cov = self.center.laplace(self.loglik_weight)
