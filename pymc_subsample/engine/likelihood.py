@@ -78,10 +78,17 @@ class LikelihoodEngine(BatchFunctions):
         self.vars = get_value_vars_from_user_vars(vars, model)
         if not self.vars:
             raise ValueError("The step has no variables to sample: pass vars=[...].")
-        point = model.initial_point()
-        if initial_point is not None:  # the step's initial_point= (PyMC's convention)
-            point = {**point, **{k: np.asarray(v, dtype=point[k].dtype)
-                                 for k, v in initial_point.items() if k in point}}
+        if initial_point is not None and all(v.name in initial_point
+                                             for v in model.value_vars):
+            # a whole point (the step's, already the model's where the user gave none):
+            # PyMC's initial point compiles a function each time it is asked for
+            point = {v.name: np.asarray(initial_point[v.name], dtype=v.dtype)
+                     for v in model.value_vars}
+        else:
+            point = model.initial_point()
+            if initial_point is not None:  # the step's initial_point= (PyMC's convention)
+                point = {**point, **{k: np.asarray(v, dtype=point[k].dtype)
+                                     for k, v in initial_point.items() if k in point}}
         empty = [v for v in self.vars if np.size(point[v.name]) == 0]
         if empty:
             raise ValueError(

@@ -115,18 +115,17 @@ def whitened_phi(z: np.ndarray, z_prop: np.ndarray, order: int) -> float:
     if na == 0.0 and nb == 0.0:
         return 0.0
     if na > 0.0:
-        u1 = z / na
-        a1, a2 = na, 0.0
-    else:
-        u1 = zp / nb
-        a1 = a2 = 0.0
-    b1 = float(zp @ u1)
+        b1 = float(zp @ z) / na
+        a1 = na
+    else:  # z = 0: the plane is spanned by z' alone
+        b1, a1 = nb, 0.0
     b2 = math.sqrt(max(0.0, nb * nb - b1 * b1))
-    e = a1 * _PHI_COS + a2 * _PHI_SIN
+    # the angle's cosine and sine against z's direction: e = x . z, e' = x . z'
+    e = a1 * _PHI_COS
     ep = b1 * _PHI_COS + b2 * _PHI_SIN
     m = order + 1
     if order == 2:
-        g = np.abs(ep**3 - e**3)
+        g = np.abs(ep * ep * ep - e * e * e)
     else:
         g = np.abs(ep * np.abs(ep) - e * np.abs(e))
     lip = m * (na**m + nb**m)

@@ -298,9 +298,11 @@ class MHStep(SubsampleStep):
         return float(self.proposal.scaling)
 
     def _start_draw(self):
-        # the log prior of the current state, reused by the draw's transitions (other
-        # steps of a CompoundStep may change the variables it depends on between draws)
-        self._prior_now = None
+        # the log prior of the current state, reused by the draw's transitions; kept
+        # across draws only when it is a function of q alone (no other step's variables
+        # enter through shared variables: those may change between draws)
+        if self.engine.shared:
+            self._prior_now = None
 
     def _transition(self, q):
         """One Markov transition from ``q``: a proposal and its test. Returns the new
@@ -352,15 +354,16 @@ class MHStep(SubsampleStep):
     def _test(self, q, q_prop, log_qratio) -> Decision:
         """The prior ratio, then the step's decision (a proposal outside the prior's
         support is rejected without reading data)."""
-        if self._prior_now is None or self._prior_now[0] is not q:
-            self._prior_now = (q, self.engine.prior(q))
+        if self._prior_now is None or not (
+                self._prior_now[0] is q or np.array_equal(self._prior_now[0], q)):
+            self._prior_now = (np.array(q, dtype=np.float64), self.engine.prior(q))
         prior_p = self.engine.prior(q_prop)
         log_prior_ratio = prior_p - self._prior_now[1]
         if np.isnan(log_prior_ratio) or prior_p == -np.inf:
             return REJECTED
         decision = self._decide(q, q_prop, log_prior_ratio, log_qratio)
         if decision.accepted:
-            self._prior_now = (q_prop, prior_p)
+            self._prior_now = (np.array(q_prop, dtype=np.float64), prior_p)
         return decision
 
     #: ``(q, log prior at q)`` of the current state, reused within a draw (see astep)
