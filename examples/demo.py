@@ -1,20 +1,36 @@
 """pymc-subsample demo: a logistic regression on 10^6 rows, sampled with the three
-subsampling MH steps, SGLD (approximate, no MH test) and PyMC's NUTS, side by side.
+subsampling MH steps, SGLD (approximate, no MH test) and NUTS, side by side.
 
-Prints, per method: wall time (set-up included), bulk ESS (min over parameters) per
-second, mean rows read per step, R-hat, and the largest posterior-mean difference from
-the Laplace approximation at the mode (accurate to about N^-1/2 posterior sd here) in
-posterior standard deviations; then each step's ESS/s over NUTS's. Writes a PNG summary
-(traces and data usage).
+NUTS runs three ways, as a user would pick it: PyMC's default (``pm.sample()``: PyTensor's
+C backend), numpyro (``pm.sample(nuts_sampler="numpyro")``, JAX) and nutpie
+(``pm.sample(nuts_sampler="nutpie")``, Numba); the last two when installed
+(``pip install "pymc-subsample[bench]"``, which ``[demo]`` includes), skipped with a note
+otherwise.
+
+Prints, per method: wall time (set-up and compilation included), bulk ESS (min over
+parameters) per second, mean rows read per step, R-hat, and the largest posterior-mean
+difference from the Laplace approximation at the mode (accurate to about N^-1/2 posterior
+sd here) in posterior standard deviations; then each step's ESS/s over the fastest NUTS
+measured (named) and over PyMC's default NUTS. Writes a PNG summary (traces and data
+usage).
 
 PyTensor's start-up cost in a process (reading its compile cache's index, paid once per
 Python session by whatever compiles first) is paid before any timing and counted for no
 method: NUTS's figures, measured later in the same process, do not pay it either.
 
-Every method starts from the model's default initial point. The four subsampling steps
-run 2 chains x (1000 tune + 2000 draws; SGLD takes 10 transitions per draw); NUTS costs O(N) per gradient, so it gets a
-wall-time budget: the cost of one full-data gradient is measured and the number of draws
-chosen to fit (printed). Run: python examples/demo.py [--quick]
+Every method starts from its sampler's default initial point. The four subsampling steps
+run 2 chains x (1000 tune + 2000 draws; SGLD takes 10 transitions per draw); NUTS costs
+O(N) per gradient, so each NUTS gets the same wall-time budget: the cost of one full-data
+gradient is measured (numpyro: its own JAX gradient, in a jitted loop as its NUTS runs it;
+PyMC and nutpie: PyMC's compiled gradient, which nutpie's Numba one matches on this model)
+and tune + draws chosen to fit about 10 gradients per draw (printed); the compilation of
+numpyro and nutpie happens inside ``pm.sample`` and is included in their wall time.
+Chains run in parallel, one per core (numpyro: ``chain_method="parallel"``; nutpie:
+``cores=2``), with one BLAS thread per process (``OMP/OPENBLAS/MKL_NUM_THREADS``, unless
+set); JAX keeps its default threading. Such short NUTS runs are barely tuned, so PyMC's
+NUTS is also projected from a fully tuned run on 20,000 rows (see
+:func:`nuts_projection`); ``benchmarks/fastest_nuts.py`` times all three NUTS fully tuned.
+Run: python examples/demo.py [--quick]
 """
 
 from __future__ import annotations
@@ -25,13 +41,23 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
+# one BLAS thread per process: 2 chains on 2 cores, one per core (as in benchmarks/); more
+# threads per chain oversubscribe the cores, which slows nutpie's Numba gradient (it calls
+# BLAS) several-fold. JAX keeps its own default threading. Set these to override.
+for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
 
-from pymc_subsample.datasets import make_logistic
+import numpy as np  # noqa: E402
+
+from pymc_subsample.datasets import make_logistic  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 D = 10
 STEPS = ("ScalableMH", "AustereMH", "BarkerMinibatch", "SGLD")
+#: NUTS as a user picks it: ``pm.sample(nuts_sampler=...)`` -> the label in the table
+NUTS_SAMPLERS = {"pymc": "NUTS (PyMC)", "numpyro": "NUTS (numpyro)", "nutpie": "NUTS (nutpie)"}
+#: modules each NUTS sampler needs beyond PyMC
+NUTS_REQUIRES = {"numpyro": ("numpyro", "jax"), "nutpie": ("nutpie", "numba")}
 
 
 def build_model(X, y):
@@ -43,9 +69,41 @@ def build_model(X, y):
     return model
 
 
-def run(name, model, make_step, *, budget, chains, cores, fixed=None):
+def gradient_seconds(model, sampler="pymc", reps=3):
+    """Wall time of one full-data log-density gradient: for ``sampler="numpyro"`` numpyro's
+    JAX gradient as its NUTS evaluates it, inside a loop of one XLA program (a standalone
+    jitted call is slower at large N); PyMC's compiled gradient otherwise (nutpie's Numba
+    gradient runs at about the same speed as PyTensor's C one on this model)."""
+    point = model.initial_point()
+    if sampler == "numpyro":
+        import jax
+        from pymc.sampling.jax import get_jaxified_logp
+
+        grad = jax.grad(get_jaxified_logp(model, negative_logp=False))
+
+        def body(_, x):  # each gradient feeds the next point, as in a trajectory
+            return [xi + 1e-12 * gi for xi, gi in zip(x, grad(x))]
+
+        loop = jax.jit(lambda x, k: jax.lax.fori_loop(0, k, body, x))
+        x = [point[v.name] for v in model.value_vars]
+        jax.block_until_ready(loop(x, 1))
+        t0 = time.perf_counter()
+        jax.block_until_ready(loop(x, 1))
+        t1 = time.perf_counter()
+        jax.block_until_ready(loop(x, 1 + 3 * reps))
+        return max((time.perf_counter() - t1) - (t1 - t0), 0.0) / (3 * reps)
+    dlogp = model.compile_dlogp()
+    dlogp(point)
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        dlogp(point)
+    return (time.perf_counter() - t0) / reps
+
+
+def run(name, model, make_step, *, budget, chains, cores, fixed=None, sampler="pymc"):
     """Sample with a step from the model's initial point; NUTS (``make_step`` returning
-    None) fits tune + draws to the wall-time budget."""
+    None, run by ``sampler``: "pymc", "numpyro" or "nutpie") fits tune + draws to the
+    wall-time budget."""
     import pymc as pm
 
     t0 = time.perf_counter()
@@ -53,22 +111,20 @@ def run(name, model, make_step, *, budget, chains, cores, fixed=None):
         step = make_step()
     setup = time.perf_counter() - t0
     if fixed is None:  # NUTS: about 10 full-data gradients per draw on this model
-        dlogp = model.compile_dlogp()
-        point = model.initial_point()
-        dlogp(point)
-        t1 = time.perf_counter()
-        for _ in range(3):
-            dlogp(point)
-        per = 10 * (time.perf_counter() - t1) / 3
+        per = 10 * gradient_seconds(model, sampler)
         total = max(int(budget * min(chains, cores) / chains / per), 30)
         tune, draws = total // 3, total - total // 3
     else:
         tune, draws = fixed
     print(f"\n== {name}: set-up {setup:.1f} s, {chains} chains x ({tune} tune + {draws} draws)",
           flush=True)
+    kwargs = {} if step is None else {"step": step}
+    if sampler == "numpyro":  # its chains in parallel, one XLA device per core
+        kwargs.update(nuts_sampler="numpyro", nuts_sampler_kwargs={"chain_method": "parallel"})
+    elif sampler == "nutpie":  # pm.sample does not pass cores on to nutpie
+        kwargs.update(nuts_sampler="nutpie", nuts_sampler_kwargs={"cores": cores})
     t1 = time.perf_counter()
     with model:
-        kwargs = {} if step is None else {"step": step}
         idata = pm.sample(draws=draws, tune=tune, chains=chains, cores=cores, random_seed=2024,
                           progressbar=True, **kwargs)
     wall = time.perf_counter() - t1 + setup
@@ -151,8 +207,25 @@ def main():
     ]:
         results[name] = run(name, model, make, budget=None, chains=chains, cores=cores,
                             fixed=fixed)
-    results["NUTS (PyMC)"] = run("NUTS (PyMC)", model, lambda: None, budget=args.budget,
-                                 chains=chains, cores=cores)
+    import importlib.util
+
+    nuts_names = []
+    proj = None
+    for sampler, name in NUTS_SAMPLERS.items():
+        if sampler == "numpyro":
+            # before JAX starts its threads: PyMC forks a process per chain here
+            proj = nuts_projection(X, y, args.rows, chains=chains, cores=cores)
+        lack = [m for m in NUTS_REQUIRES.get(sampler, ()) if importlib.util.find_spec(m) is None]
+        if lack:
+            print(f"\n== {name}: skipped ({', '.join(lack)} not installed: "
+                  "pip install \"pymc-subsample[bench]\")")
+            continue
+        results[name] = run(name, model, lambda: None, budget=args.budget, chains=chains,
+                            cores=cores, sampler=sampler)
+        nuts_names.append(name)
+    if proj is None:
+        proj = nuts_projection(X, y, args.rows, chains=chains, cores=cores)
+    proj_rate, per_ess, t_grad = proj
 
     # reference: the Laplace approximation at the mode, accurate to about N^-1/2 posterior
     # sd (0.001 sd at N = 10^6) for this model
@@ -160,7 +233,7 @@ def main():
         laplace = pms.diagnostics.laplace_approximation()
     ref_mean, ref_sd = laplace["mean"].to_numpy(), laplace["sd"].to_numpy()
     header = (f"{'method':<17}{'wall s':>9}{'ESS bulk':>10}{'ESS/s':>10}{'rows/step':>12}"
-              f"{'R-hat':>8}{'max |dmean|/sd':>16}")
+              f"{'R-hat':>8}{'max |dmean|/sd':>16}")  # (NUTS's wall: compilation included)
     lines = [header, "-" * len(header)]
     rows_read, rates = {}, {}  # per method, for the figure
     for name, (idata, wall) in results.items():
@@ -181,19 +254,24 @@ def main():
                  f"about {1 / np.sqrt(args.rows):.3f} sd here)")
     table = "\n".join(lines)
     print("\n" + table)
-    nuts_rate = convergence(results["NUTS (PyMC)"][0])[0] / results["NUTS (PyMC)"][1]
-    proj_rate, per_ess, t_grad = nuts_projection(X, y, args.rows, chains=chains, cores=cores)
+    nuts_rates = {name: rates[name] for name in nuts_names}
+    fastest = max(nuts_rates, key=nuts_rates.get)
+    pymc_name = NUTS_SAMPLERS["pymc"]
     out = [
-        f"NUTS projected at N = {args.rows:,}: {per_ess:.0f} gradients per ESS (fully tuned, "
-        f"counted on 20,000 rows of the same data) x {1e3 * t_grad:.1f} ms per full-data "
-        f"gradient = {proj_rate:.3f} ESS/s",
-        "ESS/s over NUTS's (wall times include each step's set-up):",
+        "NUTS runs above (budgeted, compilation included): "
+        + ", ".join(f"{n} {r:.3f} ESS/s" for n, r in nuts_rates.items())
+        + f"; the fastest measured: {fastest}",
+        f"PyMC's NUTS projected at N = {args.rows:,}: {per_ess:.0f} gradients per ESS (fully "
+        f"tuned, counted on 20,000 rows of the same data) x {1e3 * t_grad:.1f} ms per "
+        f"full-data gradient = {proj_rate:.3f} ESS/s",
+        f"ESS/s over NUTS's (wall times include each step's set-up): against the fastest NUTS "
+        f"measured ({fastest}), PyMC's default NUTS ({pymc_name}), and PyMC's NUTS projected",
     ]
     for name in STEPS:
-        idata, wall = results[name]
-        rate = convergence(idata)[0] / wall
-        out.append(f"  {name:<16} {rate / proj_rate:>9,.0f}x projected NUTS  "
-                   f"{rate / nuts_rate:>9,.0f}x the budgeted NUTS run above")
+        rate = rates[name]
+        out.append(f"  {name:<16} {rate / nuts_rates[fastest]:>9,.0f}x {fastest:<15} "
+                   f"{rate / nuts_rates[pymc_name]:>9,.0f}x {pymc_name:<12} "
+                   f"{rate / proj_rate:>9,.0f}x PyMC's NUTS projected")
     ratio_text = "\n".join(out)
     print("\n" + ratio_text)
     table += "\n\n" + ratio_text
@@ -213,7 +291,7 @@ def main():
         ax.set_title(f"{name}: trace of beta[0]")
         ax.set_xlabel("draw")
     # the projection prices ESS/s only: it has no rows-per-draw bar of its own
-    rates["NUTS (projected)"] = proj_rate
+    rates["PyMC NUTS (projected)"] = proj_rate
     colours = {name: f"C{k}" for k, name in enumerate(rates)}
     half = len(STEPS) // 2
     panels = [(rows_read, "rows read per draw (log scale)"),
@@ -223,14 +301,14 @@ def main():
         names, values = list(by_name), list(by_name.values())
         bars = ax.bar(range(len(names)), values, color=[colours[n] for n in names])
         ax.set_yscale("log")
-        ax.set_xticks(range(len(names)), names)
+        ax.set_xticks(range(len(names)), names, rotation=25, ha="right")
         ax.set_title(label)
         for bar, v in zip(bars, values):
             ax.annotate(f"{v:,.2f}" if v < 10 else f"{v:,.0f}", (bar.get_x() + bar.get_width() / 2,
                         bar.get_height()), ha="center", va="bottom", fontsize=9)
         ax.margins(y=0.15)
     fig.suptitle(f"Logistic regression, N = {args.rows:,} rows, {D} coefficients, "
-                 "2 chains on 2 cores (NUTS: a wall-time budget)")
+                 "2 chains on 2 cores (NUTS: a wall-time budget, compilation included)")
     fig.tight_layout()
     png = Path(args.out) / "demo_summary.png"
     fig.savefig(png, dpi=90)
