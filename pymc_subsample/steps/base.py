@@ -174,8 +174,10 @@ class SubsampleStep(DataGuard, ChainState, ArrayStepShared):
         precomputed sums no longer match the likelihood.
         """
         model = self.engine.model
-        ll = model_logp(model, model.observed_RVs, sum=True)
-        used = set(ancestors([ll]))
+        # the per-row terms the engine's analysis built (model_logp: the same graphs, not
+        # a second derivation, which hashes every data constant again)
+        terms = model_logp(model, model.observed_RVs, sum=False)
+        used = set(ancestors(list(terms)))
         mine = set(self.engine.vars)
         return [
             model.values_to_rvs[v].name for v in model.value_vars if v not in mine and v in used
