@@ -5,6 +5,7 @@ truncation."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -256,13 +257,17 @@ class ScalableMH(MHStep):
             lik, eng, self._center_arg, "the centre of the control variates and bounds",
             "the bounds hold but may be loose, so the test may read many rows. Pass center= "
             "(e.g. from pm.find_MAP).", rider=rider)
+        rider_done = self.center.rider
+        # the step keeps no rider: it holds a lock (pickling for spawned workers) and the
+        # pass's temporaries
+        self.center = dataclasses.replace(self.center, rider=None)
         self.theta_hat = self.center.theta
         gauss_mean, cov = self.center.laplace()
         self._set_laplace(gauss_mean, cov)
         vmap = bound_coordinates(eng, self._glm_spec, self.theta_hat, affine_map, whitened)
         if vmap is not None:
-            if vmap is affine_map and self.center.rider is not None:
-                proxy, self.bounds = self.center.rider.finish()
+            if vmap is affine_map and rider_done is not None:
+                proxy, self.bounds = rider_done.finish()
             else:
                 proxy, self.bounds = predictor_bounds(vmap, self._glm_spec, self.order,
                                                       self.theta_hat, cov, self._region_arg)
