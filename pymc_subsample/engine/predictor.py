@@ -333,6 +333,8 @@ class PredictorLikelihood:
         find_center`'s ``rider=``)."""
         v, vmap = self.vmap.v(q), self.vmap
         acc = [0.0, 0.0, 0.0]
+        # the workers get the rider's chunk function only (it pickles: no lock inside)
+        rider_chunk = None if rider is None else rider.chunk
 
         def add(start, stop, result):
             val, g, h = result[:3]
@@ -344,9 +346,9 @@ class PredictorLikelihood:
         def one_chunk(data, start=0, stop=0):
             base, J = vmap.jacobian(v, data)
             out = vmap.chunk_sums(v, data, order, base=base, J=J)
-            if rider is None:
+            if rider_chunk is None:
                 return out
-            return (*out, rider.chunk(J, base, vmap.y(data), start, stop))
+            return (*out, rider_chunk(J, base, vmap.y(data), start, stop))
 
         if chunks is None:
             eng = self.engine

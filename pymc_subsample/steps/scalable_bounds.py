@@ -11,6 +11,7 @@ constants), eq. 13 (the step factor); the whitened and region forms are
 
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 from dataclasses import dataclass
@@ -190,16 +191,10 @@ class BoundsRider:
                 "(region='auto' or a radius).")
         self.psi = UpperBounds(vmap.engine.n_rows)
         self.sums_v = None
-
-    def chunk(self, J, base, y, start, stop):
-        """A chunk's constants from its Jacobian ``J`` and predictors ``base`` at the
-        centre (pairs with a log scale)."""
-        params = self.vmap.params  # the family's fixed parameters
-        if self.vmap.scale:
-            return two_param_chunk_psi(self.spec.family, self.order, J, base, y,
-                                       whiten=self.chol, radius=self.region, **params)
-        return chunk_psi(self.spec, self.order, J, base, whiten=self.chol,
-                         radius=self.region, y=y, **params)
+        #: what the pass's workers call: no lock or per-row array inside, so that it
+        #: pickles for a dask.distributed client
+        self.chunk = functools.partial(_chunk_constants, spec, order, vmap.scale,
+                                       dict(vmap.params), self.chol, self.region)
 
     def add(self, start, stop, values):
         self.psi.put(start, stop, values)
@@ -212,6 +207,15 @@ class BoundsRider:
         psi = self.psi.values if psi is None else psi
         return proxy, Bounds(psi, "whitened", self.order, self.whiten_inv,
                              self.region, path=self.spec.two_param)
+
+
+def _chunk_constants(spec, order, scale, params, chol, region, J, base, y, start, stop):
+    """A chunk's bound constants from its Jacobian ``J`` and predictors ``base`` at the
+    centre (pairs with a log scale): :class:`BoundsRider`'s ``chunk``."""
+    if scale:
+        return two_param_chunk_psi(spec.family, order, J, base, y, whiten=chol,
+                                   radius=region, **params)
+    return chunk_psi(spec, order, J, base, whiten=chol, radius=region, y=y, **params)
 
 
 def predictor_bounds(vmap, spec, order, theta_hat, cov, region_arg):
