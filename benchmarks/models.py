@@ -388,6 +388,8 @@ class NumpyPosterior:
     """
 
     n_rows = 0
+    #: the Hessian comes with every evaluation: exact Newton steps
+    cheap_hessian = True
 
     def __init__(self, ndim, logp_hessian):
         self.ndim = int(ndim)
