@@ -7,11 +7,11 @@ observed variable's dtype) and opened with ``mmap_mode="r"``; y enters the model
 
 - the step's one-time passes over the data (mode search, control-variate sums, bound
   constants) with 1 and with 2 Dask threads (``pms.passes.configure(num_workers=...)``),
-  and the alias table's construction;
+  and the row table's construction (``InverseCDFTable``);
 - 2 chains x 2,000 draws (after 500 tuning steps) in this process;
 - the process's anonymous memory (``RssAnon`` in /proc/self/status, sampled every 50 ms)
   during each phase, against the files' size and the step's per-row arrays (``psi_i`` in
-  float32 rounded up, the alias table's int32 alias and int64 threshold). The files'
+  float32 rounded up, the row table's int64 cumulative grid units). The files'
   pages show in ``RssFile``: page cache shared with other processes, not copies.
 - the posterior against a Laplace approximation computed here by an independent chunked
   NumPy Newton iteration (accurate to about N^-1/2 sd at this size).
@@ -139,9 +139,8 @@ def main(argv=None):
     baseline = mem.read()["RssAnon"]
 
     # time spent in the parallel passes (the engine's map_rows) and in building the
-    # alias table, per set-up (wrappers that only time the calls)
-    spent = {"passes": 0.0, "alias": 0.0}
-    from pymc_subsample.kernels import alias as alias_module
+    # row table, per set-up (wrappers that only time the calls)
+    spent = {"passes": 0.0, "table": 0.0}
     from pymc_subsample.steps import scalable_bounds as scalable_module  # builds the table
 
     def timing(key, fn):
@@ -153,24 +152,23 @@ def main(argv=None):
                 spent[key] += time.perf_counter() - t
         return wrapper
 
-    originals = BatchFunctions.map_rows, alias_module.AliasTable
+    originals = BatchFunctions.map_rows, scalable_module.InverseCDFTable
     BatchFunctions.map_rows = timing("passes", originals[0])
-    scalable_module.AliasTable = timing("alias", originals[1])
+    scalable_module.InverseCDFTable = timing("table", originals[1])
     setups = {}
     step = None
     for threads in (1, 2):
         step = None  # the previous step's arrays go before the next set-up
         gc.collect()
         mem.mark(f"set-up, {threads} thread(s)")
-        spent.update(passes=0.0, alias=0.0)
+        spent.update(passes=0.0, table=0.0)
         t0 = time.perf_counter()
         with pms.passes.configure(num_workers=threads), model:
             step = pms.ScalableMH(progressbar=False)
-        setups[threads] = {"passes s": spent["passes"], "alias table s": spent["alias"],
+        setups[threads] = {"passes s": spent["passes"], "row table s": spent["table"],
                            "set-up s": time.perf_counter() - t0}
-    BatchFunctions.map_rows, scalable_module.AliasTable = originals
-    per_row = {"psi": step.psi.nbytes, "alias": step.alias.alias.nbytes,
-               "threshold": step.alias.threshold.nbytes}
+    BatchFunctions.map_rows, scalable_module.InverseCDFTable = originals
+    per_row = {"psi": step.psi.nbytes, "table": step.table.cumulative.nbytes}
 
     mem.mark("sampling")
     t0 = time.perf_counter()
@@ -198,12 +196,11 @@ def main(argv=None):
               f"{os.path.getsize(y_path) / GIB:.2f} GiB = {file_bytes / GIB:.2f} GiB "
               f"(written in {t_write:.0f} s)",
               f"- per-row arrays of the step: psi {per_row['psi'] / GIB:.3f} GiB "
-              f"(float32), alias {per_row['alias'] / GIB:.3f} GiB (int32), threshold "
-              f"{per_row['threshold'] / GIB:.3f} GiB (int64) = "
+              f"(float32), row table {per_row['table'] / GIB:.3f} GiB (int64) = "
               f"{sum(per_row.values()) / GIB:.2f} GiB ({sum(per_row.values()) / n:.0f} B/row)",
               f"- anonymous memory after building the model: {baseline / GIB:.2f} GiB", ""]
     lines += ["| one-time passes | 1 Dask thread | 2 Dask threads | ratio |", "|---|---|---|---|"]
-    for key in ("passes s", "alias table s", "set-up s"):
+    for key in ("passes s", "row table s", "set-up s"):
         a, b = setups[1][key], setups[2][key]
         lines.append(f"| {key} | {a:.1f} | {b:.1f} | {a / b:.2f} |")
     lines += ["", "| phase | peak RssAnon GiB | peak RssFile GiB |", "|---|---|---|"]

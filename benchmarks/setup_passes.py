@@ -1,7 +1,7 @@
 """Each step's set-up in units of one plain NumPy pass over the log-likelihood.
 
 What a step does once, when it is built (the data checks, the mode search, the control
-variates' sums, ScalableMH's bound constants and alias table), is counted against the
+variates' sums, ScalableMH's bound constants and row table), is counted against the
 cheapest thing anyone could do with the data: one pass of plain NumPy over all rows,
 
     for each chunk of 2^20 rows:  eta = X[chunk] @ beta;  sum(y * eta - logaddexp(0, eta))
@@ -22,7 +22,7 @@ process:
   reused, ``BatchFunctions.reused``): the issue's "warm compile cache";
 - ``peak``: the largest anonymous memory (``RssAnon``) of the process while the step was
   built, less what it held before (the data's pages are page cache, not counted), and
-  the step's own per-row arrays (ScalableMH's ``psi_i`` and alias table).
+  the step's own per-row arrays (ScalableMH's ``psi_i`` and row table).
 
 The step's passes run on the Dask threads of ``pms.passes`` (both cores here); the NumPy
 pass is one thread, as a user would write it.
@@ -74,13 +74,12 @@ def best_of(fn, repeat):
 
 
 def per_row_bytes(step) -> int:
-    """The step's own per-row arrays (ScalableMH: psi and the alias table)."""
+    """The step's own per-row arrays (ScalableMH: psi and the row table)."""
     bounds = getattr(step, "bounds", None)
     if bounds is None:
         return 0
-    table = getattr(bounds, "alias", None)
-    return bounds.psi.nbytes + sum(getattr(getattr(table, name, None), "nbytes", 0)
-                                   for name in ("alias", "threshold"))
+    table = getattr(bounds, "table", None)
+    return bounds.psi.nbytes + getattr(getattr(table, "cumulative", None), "nbytes", 0)
 
 
 def measure(n, steps, repeat, directory, mem):

@@ -39,9 +39,10 @@ def _where(a, ranges, pred, dtype) -> np.ndarray:
     return out
 
 
-def _check_weights(w, ranges) -> float:
+def _check_weights(w, ranges, what: str = "AliasTable weights") -> float:
     """The largest weight, after checking chunk by chunk (no N-sized temporaries) that
-    every weight is finite and ``>= 0`` and that one is positive."""
+    every weight is finite and ``>= 0`` and that one is positive (``what`` names them in
+    the errors)."""
     wmax = 0.0
     for s, e in ranges:
         c = w[s:e]
@@ -49,17 +50,17 @@ def _check_weights(w, ranges) -> float:
         if bad.any():
             i = s + int(np.flatnonzero(bad)[0])
             raise ValueError(
-                f"AliasTable weights must be finite; weight {i} is {float(w[i])!r} "
+                f"{what} must be finite; weight {i} is {float(w[i])!r} "
                 f"({_count(w, ranges, lambda x: ~np.isfinite(x))} non-finite in total).")
         neg = c < 0
         if neg.any():
             i = s + int(np.flatnonzero(neg)[0])
             raise ValueError(
-                f"AliasTable weights must be >= 0; weight {i} is {float(w[i])!r} "
+                f"{what} must be >= 0; weight {i} is {float(w[i])!r} "
                 f"({_count(w, ranges, lambda x: x < 0)} negative in total).")
         wmax = max(wmax, float(c.max()))
     if not wmax > 0.0:
-        raise ValueError("AliasTable weights must have a positive sum; all are zero.")
+        raise ValueError(f"{what} must have a positive sum; all are zero.")
     return wmax
 
 

@@ -19,6 +19,7 @@ from typing import Callable
 import numpy as np
 
 from .alias import AliasTable
+from .inverse_cdf import InverseCDFTable
 from .thinning import poisson_estimator_test, poisson_thinning_test
 
 __all__ = ["SMHResult", "smh_test"]
@@ -62,7 +63,7 @@ def smh_test(
     log_ratio_first: float,
     phi: float,
     psi_total: float,
-    alias: AliasTable | None,
+    table: InverseCDFTable | AliasTable | None,
     psi: np.ndarray,
     remainder_fn: Callable[[np.ndarray], np.ndarray],
     full_log_ratio_fn: Callable[[], float],
@@ -111,7 +112,7 @@ def smh_test(
         (eq. 13).
     psi_total : float
         ``Psi = sum_i psi_i``.
-    alias : AliasTable or None
+    table : InverseCDFTable or AliasTable or None
         Alias table of ``psi`` (None allowed when ``Psi == 0``, e.g. SMH-2 on a Normal
         likelihood with known scale, where the remainders vanish).
     psi : ndarray, shape (N,)
@@ -162,11 +163,11 @@ def smh_test(
         return SMHResult(bool(accept), n_rows, rate, True, 0, full_lr)
     if data_test == "poisson":
         res = poisson_estimator_test(
-            rng, phi, psi_total, alias, psi, remainder_fn, rtol=rtol, atol=atol
+            rng, phi, psi_total, table, psi, remainder_fn, rtol=rtol, atol=atol
         )
     else:
         res = poisson_thinning_test(
-            rng, phi, psi_total, alias, psi, remainder_fn,
+            rng, phi, psi_total, table, psi, remainder_fn,
             rtol=rtol, atol=atol, chunk_size=chunk_size,
         )
     return SMHResult(res.accept, res.data_used, rate, False, res.n_poisson,

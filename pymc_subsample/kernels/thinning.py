@@ -5,7 +5,7 @@ Bouchard-Cote, Deligiannidis & Doucet 2019, "Scalable Metropolis-Hastings for Ex
 Bayesian Inference with Large Datasets"; equation numbers below refer to that paper) and
 of MH with scalable subsampling (Prado, Nemeth & Sherlock 2024). The step factors
 ``phi`` live in :mod:`pymc_subsample.kernels.phi`, the row sampler in
-:mod:`pymc_subsample.kernels.alias` and the whole SMH acceptance in
+:mod:`pymc_subsample.kernels.inverse_cdf` and the whole SMH acceptance in
 :mod:`pymc_subsample.kernels.smh`.
 
 Notation (target ``pi(theta) ∝ exp(-U(theta))``, ``U = U_0 + sum_i U_i``):
@@ -29,6 +29,7 @@ from typing import Callable
 import numpy as np
 
 from .alias import AliasTable
+from .inverse_cdf import InverseCDFTable
 
 __all__ = [
     "BoundViolationError",
@@ -153,7 +154,7 @@ def poisson_thinning_test(
     rng: np.random.Generator,
     phi: float,
     psi_total: float,
-    alias: AliasTable | None,
+    table: InverseCDFTable | AliasTable | None,
     psi: np.ndarray,
     remainder_fn: Callable[[np.ndarray], np.ndarray],
     *,
@@ -185,7 +186,7 @@ def poisson_thinning_test(
         :func:`~pymc_subsample.kernels.phi.taylor_phi`), >= 0.
     psi_total : float
         ``Psi = sum_i psi_i``.
-    alias : AliasTable or None
+    table : InverseCDFTable or AliasTable or None
         Table built from ``psi``; may be None only when ``phi * Psi == 0``.
     psi : ndarray, shape (N,)
         Per-row bound constants ``psi_i`` (eq. 12, ``Ubar_{k,i}``).
@@ -216,9 +217,9 @@ def poisson_thinning_test(
 
     Notes
     -----
-    ``P(accept) = exp(-sum_i lambda_i)`` up to the alias table's grid rounding, which
+    ``P(accept) = exp(-sum_i lambda_i)`` up to the row table's grid rounding, which
     shifts ``log P(accept)`` by at most about ``phi * Psi * 2**-bits`` (see
-    :class:`~pymc_subsample.kernels.alias.AliasTable`). Expected rows evaluated: at most
+    :class:`~pymc_subsample.kernels.inverse_cdf.InverseCDFTable`). Expected rows evaluated: at most
     ``phi * Psi``.
     """
     rate = float(phi) * float(psi_total)
@@ -233,10 +234,10 @@ def poisson_thinning_test(
             "Poisson thinning rate phi * Psi is infinite; use the truncated test "
             "(smh_test falls back to full-data MH for large rates)."
         )
-    if alias is None:
-        raise ValueError("Poisson thinning needs an AliasTable when phi * Psi > 0.")
-    if alias.n != len(psi):
-        raise ValueError(f"AliasTable has {alias.n} rows but psi has {len(psi)}.")
+    if table is None:
+        raise ValueError("Poisson thinning needs a row table when phi * Psi > 0.")
+    if table.n != len(psi):
+        raise ValueError(f"the row table has {table.n} rows but psi has {len(psi)}.")
     k_total = int(rng.poisson(rate))
     if k_total == 0:
         return ThinningResult(True, 0, 0, rate)
@@ -248,7 +249,7 @@ def poisson_thinning_test(
     chunk = max(1, int(chunk_size))
     while remaining:
         m = remaining if remaining <= chunk else chunk
-        rows = alias.sample(rng, m)
+        rows = table.sample(rng, m)
         lam, n_read = _evaluate_rows(remainder_fn, rows)
         used += n_read
         bound = _checked_bound(lam, rows, phi, psi, rtol, atol)
@@ -268,7 +269,7 @@ def poisson_estimator_test(
     rng: np.random.Generator,
     phi: float,
     psi_total: float,
-    alias: AliasTable | None,
+    table: InverseCDFTable | AliasTable | None,
     psi: np.ndarray,
     remainder_fn: Callable[[np.ndarray], np.ndarray],
     *,
@@ -300,7 +301,7 @@ def poisson_estimator_test(
 
     Parameters
     ----------
-    rng, phi, psi_total, alias, psi, rtol, atol
+    rng, phi, psi_total, table, psi, rtol, atol
         As in :func:`poisson_thinning_test`. The bound must hold for ``|D_i|`` (both
         directions of the move), which every bound of this module does.
     remainder_fn : callable
@@ -313,15 +314,15 @@ def poisson_estimator_test(
     rate = float(phi) * float(psi_total)
     if rate == 0.0:
         return ThinningResult(True, 0, 0, 0.0)
-    if not (rate > 0.0 and rate < math.inf) or alias is None:
+    if not (rate > 0.0 and rate < math.inf) or table is None:
         raise ValueError(
-            f"the Poisson estimator needs 0 <= phi * Psi < inf and an alias table, got "
+            f"the Poisson estimator needs 0 <= phi * Psi < inf and a row table, got "
             f"phi={phi!r}, Psi={psi_total!r}."
         )
     k_total = int(rng.poisson(rate))
     if k_total == 0:
         return ThinningResult(True, 0, 0, rate)
-    rows = alias.sample(rng, k_total)
+    rows = table.sample(rng, k_total)
     dif, n_read = _evaluate_rows(remainder_fn, rows)
     bound = _checked_bound(np.abs(dif), rows, float(phi), psi, rtol, atol)
     estimate = float(np.sum(dif / bound))

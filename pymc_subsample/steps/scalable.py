@@ -37,7 +37,8 @@ class ScalableMH(MHStep):
     Set-up, once per step object: the posterior mode ``theta_hat`` and the sums of per-row
     gradients and Hessians there (Newton's method with the exact Hessian, one chunked
     pass per iteration, :func:`pymc_subsample.center.find_center`; or ``center=``), the
-    per-row bound constants ``psi_i``, and Walker's alias table over ``psi``. The Taylor
+    per-row bound constants ``psi_i``, and a table that draws rows in proportion
+    to ``psi`` (:class:`~pymc_subsample.kernels.inverse_cdf.InverseCDFTable`). The Taylor
     control variates are the shared ones of
     :mod:`pymc_subsample.kernels.control_variates`. A step then:
 
@@ -45,7 +46,7 @@ class ScalableMH(MHStep):
        ratio and the Taylor approximation ``Uhat_k`` of the whole log-likelihood);
     2. accepts the factorised remainder ``prod_i min(1, exp(R_i(theta) - R_i(theta')))``,
        ``R_i = U_i - Uhat_{k,i}``, by Poisson thinning: ``K ~ Poisson(phi * Psi)`` rows
-       from the alias table, each rejecting with probability ``lambda_i / (phi psi_i)``;
+       drawn from that table, each rejecting with probability ``lambda_i / (phi psi_i)``;
     3. when ``phi * Psi >= truncation`` (default ``N``), or a point leaves the region,
        tests the rest of the ratio on all ``N`` rows instead (TFMH: never more work than
        plain MH), after the data-free factor, so that far proposals the surrogate
@@ -321,8 +322,8 @@ class ScalableMH(MHStep):
         return self.bounds.psi_total
 
     @property
-    def alias(self):
-        return self.bounds.alias
+    def table(self):
+        return self.bounds.table
 
     def whiten(self, q) -> np.ndarray:
         """Whitened coordinates ``L^-1 (x - x_hat)`` of ``q`` (whitened bounds only)."""
@@ -366,7 +367,7 @@ class ScalableMH(MHStep):
         def full_log_ratio():
             return log_prior_ratio + log_qratio + control.full_diff(q, q_prop)
 
-        res = smh_test(self.rng, log_first, phi, bounds.psi_total, bounds.alias, bounds.psi,
+        res = smh_test(self.rng, log_first, phi, bounds.psi_total, bounds.table, bounds.psi,
                        self.remainder_fn(q, q_prop), full_log_ratio,
                        truncation=self.truncation, force_full=outside,
                        data_test=self.data_test)

@@ -1,7 +1,7 @@
 """ScalableMH's set-up of its bounds ``lambda_i <= phi(theta, theta') * psi_i``: where the
 control variates and bounds live (the step's space ``q`` or the predictor coordinates
-``v(q)``: :func:`bound_coordinates`), the per-row constants ``psi_i``, Walker's alias
-table over them, the whitening and the region (:class:`Bounds`).
+``v(q)``: :func:`bound_coordinates`), the per-row constants ``psi_i``, the table that
+draws rows in proportion to them (:class:`~pymc_subsample.kernels.inverse_cdf.InverseCDFTable`), the whitening and the region (:class:`Bounds`).
 
 Cornish, Vanetti, Bouchard-Cote, Deligiannidis & Doucet (2019), "Scalable
 Metropolis-Hastings for exact Bayesian inference with large datasets": eq. 12 (the
@@ -21,7 +21,7 @@ import scipy.linalg as sla
 
 from ..engine.glm import chunk_psi, eta_is_affine, glm_psi, two_param_chunk_psi
 from ..engine.predictor import covered_predictor_map
-from ..kernels.alias import AliasTable
+from ..kernels.inverse_cdf import InverseCDFTable
 from ..kernels.bounds import UpperBounds
 from ..kernels.control_variates import TaylorProxy
 from ..kernels.families import supported_text
@@ -63,7 +63,7 @@ class Bounds:
                 f"ScalableMH: the bound constants must be one finite value >= 0 per row, "
                 f"got shape {self.psi.shape} with values outside [0, inf).")
         self.psi_total = float(self.psi.sum(dtype=np.float64))  # psi may be float32
-        self.alias = AliasTable(self.psi) if self.psi_total > 0 else None
+        self.table = InverseCDFTable(self.psi) if self.psi_total > 0 else None
 
     def phi(self, q, q_prop, x, x_prop, center, theta_hat):
         """``(phi, outside)``: the step factor of the pair (``x``: the control variates'
