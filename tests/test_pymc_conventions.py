@@ -121,6 +121,14 @@ def test_an_unpickled_step_compares_the_data_digest(data_model):
         pm.set_data({"x": np.asarray(model["x"].get_value()) * 1.5})
     with pytest.raises(ValueError, match="pm.set_data"):
         copy.set_rng(np.random.default_rng(0))
+    # data replaced in the parent before the step is pickled: the digest is taken at
+    # pickling, so the worker must learn of the change from the parent
+    with data_model:
+        step = pms.BarkerMinibatch()
+        pm.set_data({"x": np.asarray(data_model["x"].get_value()) * 1.5})
+    late = cloudpickle.loads(cloudpickle.dumps(step))
+    with pytest.raises(ValueError, match="'x' changed since"):
+        late.set_rng(np.random.default_rng(0))
 
 
 def test_set_up_passes_show_a_progress_bar_on_request(model):

@@ -133,10 +133,30 @@ class PredictorMap:
             cols.append((self.v(q + e) - self.v(q - e)) / (2.0 * h))
         return np.column_stack(cols)
 
+    def channels_at(self, points, data):
+        """:meth:`channels` at each of ``points`` (a ``(k, p)`` array): one call of the
+        batch graph vectorised over ``v`` when there is one. Returns ``(k, rows)``
+        arrays (a pair with a log scale)."""
+        rows = data[0].shape[0]
+        fn = self._stack_fn
+        if fn is None:
+            values = [self.channels(p, data) for p in points]
+            channels = list(zip(*values)) if self.scale else [values]
+            channels = [np.stack(c) for c in channels]
+        else:
+            out = thread_copy(fn)(np.asarray(points, dtype=np.float64), *data)
+            channels = [np.broadcast_to(np.asarray(o, dtype=np.float64), (len(points), rows))
+                        for o in (out if self.scale else [out])]
+        return tuple(channels) if self.scale else channels[0]
+
     def _rows(self, rows, *points):
-        """``y`` and the rows' values (:meth:`channels`) at each of ``points``: one gather."""
+        """``y`` and the rows' values (:meth:`channels`) at each of ``points``: one gather
+        and one evaluation (:meth:`channels_at`)."""
         data = self.engine.gather(np.asarray(rows, dtype=np.int64))
-        return self.y(data), [self.channels(v, data) for v in points]
+        out = self.channels_at(np.vstack(points), data)
+        if self.scale:
+            return self.y(data), [tuple(c[k] for c in out) for k in range(len(points))]
+        return self.y(data), list(out)
 
     def remainder_fn(self, v, v_prop, v_hat, order: int):
         """``rows -> R_i(v') - R_i(v)`` (:func:`~pymc_subsample.kernels.predictor.
@@ -195,17 +215,8 @@ class PredictorMap:
         ``v`` (for ``eta = X v`` one matrix product ``X [v, v + e_1, ...]``, which reads
         the chunk once instead of ``p + 1`` times)."""
         v = np.asarray(v, dtype=np.float64)
-        points = np.vstack([v, v + np.eye(self.size)])
-        rows = data[0].shape[0]
-        fn = self._stack_fn
-        if fn is None:
-            values = [self.channels(p, data) for p in points]
-            channels = list(zip(*values)) if self.scale else [values]
-            channels = [np.stack(c) for c in channels]
-        else:
-            out = thread_copy(fn)(points, *data)
-            channels = [np.broadcast_to(np.asarray(o, dtype=np.float64), (points.shape[0], rows))
-                        for o in (out if self.scale else [out])]
+        out = self.channels_at(np.vstack([v, v + np.eye(self.size)]), data)
+        channels = list(out) if self.scale else [out]
         base = [c[0].copy() for c in channels]
         J = [(c[1:] - c[0]).T for c in channels]
         if self.scale:

@@ -128,8 +128,11 @@ def _evaluate_rows(remainder_fn, rows):
     distinct rows read. Poisson draws repeat rows when ``phi * Psi`` nears ``N``; reading a
     row once keeps ``data_used`` a count of rows (never above ``N`` within one call).
     """
-    uniq, inverse = np.unique(rows, return_inverse=True)
-    ask = rows if len(uniq) == len(rows) else uniq
+    if len(rows) <= 1:
+        uniq = ask = rows
+    else:
+        uniq, inverse = np.unique(rows, return_inverse=True)
+        ask = rows if len(uniq) == len(rows) else uniq
     vals = np.asarray(remainder_fn(ask), dtype=np.float64).reshape(-1)
     if vals.shape != (len(ask),):
         raise ValueError(f"remainder_fn returned {vals.size} values for {len(ask)} rows.")

@@ -40,8 +40,21 @@ class DataGuard:
         that keeps sums; the set-up decides whether it does)."""
         if not self.keeps_data_sums:
             return
-        self._data_fingerprint = self.engine.data_fingerprint()
+        # the digest is only read by a worker that unpickled the step: it is taken when
+        # the step is pickled (``__getstate__``), after the identities show the data
+        # unchanged (a digest of 65,536 spread rows cost about two data passes at 10^6
+        # rows of a file)
+        self._data_fingerprint = None
         self._data_refs = [weakref.ref(a) for a in self.engine.data_arrays()]
+
+    def _changed_since_built(self) -> list[str] | None:
+        """The data variables replaced since construction, by identity (None: the step
+        was unpickled, and identities are lost)."""
+        refs = getattr(self, "_data_refs", None)
+        arrays = self.engine.data_arrays()
+        if refs is None or len(refs) != len(arrays):
+            return None
+        return [r.name for r, ref, a in zip(self.engine.rows, refs, arrays) if ref() is not a]
 
     def _check_data_unchanged(self):
         """Refuse to sample when the data changed (``pm.set_data``) since construction.
@@ -60,14 +73,14 @@ class DataGuard:
             self._data_files.check()
         if not self.keeps_data_sums:
             return
-        refs = getattr(self, "_data_refs", None)
-        arrays = self.engine.data_arrays()
-        if refs is not None and len(refs) == len(arrays):
-            changed = [r.name for r, ref, a in zip(self.engine.rows, refs, arrays)
-                       if ref() is not a]
-        else:
-            now = self.engine.data_fingerprint()
-            changed = [old[0] for old, new in zip(self._data_fingerprint, now) if old != new]
+        changed = self._changed_since_built()
+        if changed is None:
+            old = self._data_fingerprint
+            if old[:1] == ("changed",):  # already replaced when the step was pickled
+                changed = list(old[1])
+            else:
+                now = self.engine.data_fingerprint()
+                changed = [o[0] for o, new in zip(old, now) if o != new]
         if changed:
             raise ValueError(
                 f"{type(self).__name__}: {', '.join(changed)} changed since this step was "
@@ -79,7 +92,12 @@ class DataGuard:
     # ------------------------------------------------------------------ pickling
     def __getstate__(self):
         state = dict(self.__dict__)
-        state["_data_refs"] = None  # weak references do not pickle; the digest remains
+        if state.get("_data_refs") is not None:
+            # weak references do not pickle: a digest of the data stands for them
+            changed = self._changed_since_built()
+            state["_data_fingerprint"] = (("changed", tuple(changed)) if changed
+                                          else self.engine.data_fingerprint())
+        state["_data_refs"] = None
         return state
 
     def __reduce_ex__(self, protocol):
