@@ -32,6 +32,10 @@ _LAZY = {
     "proposals": "pymc_subsample.proposals",
     "out_of_core": "pymc_subsample.out_of_core",
     "passes": "pymc_subsample.passes",
+    "loo": "pymc_subsample.workflow",
+    "loo_update": "pymc_subsample.workflow",
+    "compute_log_likelihood": "pymc_subsample.workflow",
+    "sample_posterior_predictive": "pymc_subsample.workflow",
 }
 
 __all__ = sorted(_LAZY) + ["__version__"]
