@@ -274,9 +274,16 @@ def find_center(engine, start=None, *, tol: float = 1e-5, max_iter: int = 40,
                                                  tol=tol, max_iter=10)
             if q_fixed is not None:
                 q = q_fixed
+    previous = None
+    if ok_warm and engine.cheap_hessian:
+        # the first full step on a gradient pass with the warm start's Hessian (the
+        # subsample's, scaled): the Hessian pass at its end, which the centre needs
+        # anyway, checks it, and the rider rides on that pass already
+        q, previous = _gradient_step(engine, q, sums_warm[1])
+        grad_passes = 1
     q, sums, passes, ok = _newton(
         engine, q, engine.full_loglik_hessian, engine.full_loglik, tol=tol,
-        max_iter=max_iter, progress=progress, rider=rider,
+        max_iter=max_iter, progress=progress, rider=rider, previous=previous,
     )
     passes += grad_passes
     if ok:
@@ -303,7 +310,22 @@ def _subsample_newton(engine, q, rows, *, tol, max_iter):
     return q_new, (None if sums is None else sums[:4]), ok
 
 
-def _newton(engine, q, ll_hess, ll_value, *, tol, max_iter, progress=None, rider=None):
+def _gradient_step(engine, q, h_ll):
+    """One Newton step from ``q`` taken on a gradient pass, with ``h_ll`` standing for the
+    likelihood's Hessian: ``(q + step, sums at q)`` (``(q, None)`` when the pass or the
+    step leaves the support). The step is not accepted by itself: the caller's Newton
+    iteration evaluates the exact sums at its end and goes on from there."""
+    v_ll, g_ll = engine.full_loglik_grad(q)
+    v_pr, g_pr, h_pr = engine.prior_hessian(q)
+    if not (math.isfinite(v_ll + v_pr) and np.all(np.isfinite(g_ll + g_pr))):
+        return q, None
+    sums = (g_ll, h_ll, g_pr, h_pr)
+    x = q + _newton_direction(g_ll + g_pr, -(h_ll + h_pr))
+    return (x, sums) if math.isfinite(engine.prior(x)) else (q, sums)
+
+
+def _newton(engine, q, ll_hess, ll_value, *, tol, max_iter, progress=None, rider=None,
+            previous=None):
     """Damped Newton on ``prior + ll``; ``ll_hess(x) -> (value, grad, hess)``, ``ll_value(x)``.
 
     The full step is tried first with a Hessian pass at the new point (which the next
@@ -311,7 +333,8 @@ def _newton(engine, q, ll_hess, ll_value, *, tol, max_iter, progress=None, rider
     ``ll_value`` passes to backtrack. Returns ``(q, (g_ll, h_ll, g_prior, h_prior,
     carried), passes, converged)``, ``carried`` what ``rider`` (:func:`find_center`)
     collected in the pass at ``q``; when it stops without converging, ``q`` is the last
-    point reached (None if the start is not finite).
+    point reached (None if the start is not finite). ``previous``: sums at an earlier
+    point (:func:`_gradient_step`), which let ``rider`` ride on the first pass already.
     """
 
     def evaluate(x, previous=None):
@@ -326,7 +349,7 @@ def _newton(engine, q, ll_hess, ll_value, *, tol, max_iter, progress=None, rider
         return (v_ll + v_pr if ok else -math.inf), (g_ll, h_ll, g_pr, h_pr, carried)
 
     passes = 1
-    f, sums = evaluate(q)
+    f, sums = evaluate(q, previous)
     if not math.isfinite(f):
         return None, None, passes, False
     for it in range(max_iter):

@@ -340,10 +340,10 @@ class UpperBounds:
         with np.errstate(over="ignore"):  # beyond float32: handled below
             r = v.astype(np.float32)
         low = r < v  # rounded down (or to -inf): move up one float32 step
-        r[low] = np.nextafter(r[low], np.float32(np.inf))
-        overflow = np.isinf(r) & np.isfinite(v)
+        np.nextafter(r, np.float32(np.inf), out=r, where=low)
+        overflow = not np.isfinite(r).all() and bool((np.isinf(r) & np.isfinite(v)).any())
         with self._lock:
-            if overflow.any() and self.values.dtype == np.float32:
+            if overflow and self.values.dtype == np.float32:
                 self.values = self.values.astype(np.float64)
             if self.values.dtype == np.float64:
                 self.values[start:stop] = v
