@@ -41,6 +41,19 @@ D = 10
 GB = 1e9
 
 
+def _report(lines, name, scratch):
+    """Print the report, write it to ``output/<name>.md`` and remove the scratch data
+    directory (``scratch``: False when the user chose the directory)."""
+    text = "\n".join(lines)
+    print(text)
+    out_dir = os.path.join(os.path.dirname(os.path.abspath(__file__)), "output")
+    os.makedirs(out_dir, exist_ok=True)
+    with open(os.path.join(out_dir, name.replace("+", "") + ".md"), "w") as fh:
+        fh.write(text + "\n")
+    if scratch:
+        shutil.rmtree(scratch)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rows", type=float, default=1e7)
@@ -140,14 +153,7 @@ def main(argv=None):
         if phase == "start":
             continue
         lines.append(f"| {phase} | {peak['RssAnon'] / GB:.3f} | {peak['RssFile'] / GB:.3f} |")
-    text = "\n".join(lines)
-    print(text)
-    out_dir = os.path.join(os.path.dirname(os.path.abspath(__file__)), "output")
-    os.makedirs(out_dir, exist_ok=True)
-    with open(os.path.join(out_dir, f"loo-{n:.0e}.md".replace("+", "")), "w") as fh:
-        fh.write(text + "\n")
-    if args.dir is None:
-        shutil.rmtree(directory)
+    _report(lines, f"loo-{n:.0e}", args.dir is None and directory)
     return 0 if over <= 0.5 * GB else 1
 
 
@@ -193,14 +199,7 @@ def compare(n, args):
     lines += ["", table.to_string(), "",
               f"- ranked first: {first} "
               f"({'the true model' if first == f'{D} features' else 'NOT the true model'})"]
-    text = "\n".join(lines)
-    print(text)
-    out_dir = os.path.join(os.path.dirname(os.path.abspath(__file__)), "output")
-    os.makedirs(out_dir, exist_ok=True)
-    with open(os.path.join(out_dir, f"loo-compare-{n:.0e}.md".replace("+", "")), "w") as fh:
-        fh.write(text + "\n")
-    if args.dir is None:
-        shutil.rmtree(directory)
+    _report(lines, f"loo-compare-{n:.0e}", args.dir is None and directory)
     return 0 if first == f"{D} features" else 1
 
 
