@@ -320,10 +320,10 @@ def _find_row_data(model, ll_terms, n, row_dim, shared):
             continue
         if var in shared.values() or var in dim_length_vars:
             continue
-        if isinstance(var, SharedVariable) and not isinstance(
-            getattr(var, "type", None), pt.TensorType
-        ):
-            continue  # random generators and other non-tensor shared state
+        if not isinstance(getattr(var, "type", None), pt.TensorType):
+            # random generators and other non-tensor shared state; the slice and None
+            # constants of an indexing expression (``X[:, [0, 2]]``)
+            continue
         if var.type.ndim == 0:
             continue
         shape = _full_shape(var)
@@ -352,7 +352,10 @@ def _find_row_data(model, ll_terms, n, row_dim, shared):
         raise ModelNotSupportedError(
             f"Data ({what}) has {n} (the number of rows) along an axis other than the first. "
             "Subsampling gathers rows along the first axis of every data array: store the "
-            "data with one observation per leading index (e.g. X of shape (N, k), not (k, N))."
+            "data with one observation per leading index (e.g. X of shape (N, k), not (k, N)); "
+            "a transposed selection computed in the model from a constant (e.g. "
+            "pm.math.dot(b, X.T[:4])) is such data too: write it on the rows "
+            "(pm.math.dot(X[:, :4], b)) or pass X as pm.Data."
         )
     if not rows:  # pragma: no cover - the observed values are always row data
         raise ModelNotSupportedError("No row-indexed data was found in the likelihood.")

@@ -27,10 +27,11 @@ from pytensor.compile.sharedvalue import SharedVariable
 from pytensor.graph.basic import Apply, Constant, Variable
 from pytensor.graph.replace import clone_replace, vectorize_graph
 from pytensor.tensor.basic import Alloc, get_underlying_scalar_constant_value
-from pytensor.tensor.elemwise import Elemwise
+from pytensor.tensor.elemwise import DimShuffle, Elemwise
 from pytensor.tensor.exceptions import NotScalarConstantError
 from pytensor.tensor.shape import SpecifyShape
-from pytensor.tensor.subtensor import AdvancedSubtensor
+from pytensor.tensor.subtensor import AdvancedSubtensor, Subtensor, indices_from_subtensor
+from pytensor.tensor.type import TensorType
 
 try:  # PyTensor < 3 has a separate Op for a gather by one index vector
     from pytensor.tensor.subtensor import AdvancedSubtensor1
@@ -39,6 +40,8 @@ except ImportError:  # pragma: no cover - PyTensor 3 (PyMC 6)
 
 from pymc.pytensorf import join_nonshared_inputs
 
+from .analysis import ModelNotSupportedError, RowData
+
 try:  # PyTensor >= 2.31 moved graph traversal helpers
     from pytensor.graph.traversal import ancestors, graph_inputs, io_toposort
 except ImportError:  # pragma: no cover - older PyTensor
@@ -46,6 +49,112 @@ except ImportError:  # pragma: no cover - older PyTensor
 
 __all__ = ["BatchGraph", "JoinedGraph", "grad", "jacobian", "lift_gathers", "parameter_parts",
            "pushforward", "rows_jacobian"]
+
+
+# ---------------------------------------------------------------- indexing and folding
+def first_axis_index(node) -> str | None:
+    """How an indexing node treats the first axis of the array it indexes: ``"full"``
+    when it keeps it whole (``x[:, :4]``, ``x[:, [0, 2]]``, ``x[..., 1]``), ``"index"``
+    when it slices or selects along it (``x[:1000]``, ``x[::2]``, ``x[idx]``), None when
+    ``node`` is not an indexing op."""
+    op = node.op
+    if isinstance(op, AdvancedSubtensor1) and not isinstance(op, AdvancedSubtensor):
+        return "index"
+    if not isinstance(op, (Subtensor, AdvancedSubtensor)):
+        return None
+    if getattr(op, "idx_list", None) is not None:
+        first = indices_from_subtensor(node.inputs[1:], op.idx_list)[0]
+    elif len(node.inputs) > 1:  # PyTensor 2's AdvancedSubtensor: the indices are inputs
+        first = node.inputs[1]
+        if isinstance(first, Constant) and isinstance(first.data, slice):
+            first = first.data
+        elif first.owner is not None and type(first.owner.op).__name__ == "MakeSlice":
+            first = slice(*(None if isinstance(a, Constant) and a.data is None else a
+                            for a in first.owner.inputs))
+    else:
+        return "full"
+    if isinstance(first, slice) and first.start is None and first.stop is None \
+            and first.step is None:
+        return "full"
+    return "index"
+
+
+def _evaluate(var):
+    """The value of ``var``, a graph of constants (and shared variables, at their current
+    values), computed node by node with the ops' Python implementations (no compilation)."""
+    if var.owner is None:
+        return var.data if isinstance(var, Constant) else var.get_value(borrow=True)
+    storage = {}
+    for v in graph_inputs([var]):
+        storage[v] = [v.data if isinstance(v, Constant) else v.get_value(borrow=True)]
+    for node in io_toposort(list(storage), [var]):
+        for o in node.outputs:
+            storage[o] = [None]
+        compute = {v: [True] for v in node.inputs}
+        compute.update({o: [False] for o in node.outputs})
+        node.op.make_py_thunk(node, storage, compute, [])()
+    return storage[var][0]
+
+
+def _structure_key(var, memo):
+    """A hashable key of the graph of ``var`` (ops and constants' identities): PyMC's
+    ``replace_rvs_by_values`` clones a model expression, so the same data expression
+    reaches :meth:`BatchGraph.to_batch` as new variables."""
+    key = memo.get(var)
+    if key is None:
+        if var.owner is None:
+            data = getattr(var, "data", None)
+            key = ("c", id(data) if data is not None else id(var))
+        else:
+            node = var.owner
+            key = (node.op, tuple(_structure_key(i, memo) for i in node.inputs),
+                   node.outputs.index(var))
+        memo[var] = key
+    return key
+
+
+def _same_array(a, b) -> bool:
+    """``a`` and ``b`` hold the same values (same buffer and layout, or equal)."""
+    if a is b:
+        return True
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    try:
+        same_buffer = (a.__array_interface__["data"][0] == b.__array_interface__["data"][0]
+                       and a.strides == b.strides)
+    except (AttributeError, TypeError):  # pragma: no cover - exotic array types
+        same_buffer = False
+    return same_buffer or bool(np.array_equal(a, b))
+
+
+def _describe(var) -> str:
+    """A short text of an expression, for messages (``Subtensor{::2}(X)``)."""
+    if var.owner is None:
+        return _data_label(var)
+    args = ", ".join(_describe(i) if i.owner is not None or getattr(i.type, "ndim", 0)
+                     else str(getattr(i, "data", i)) for i in var.owner.inputs)
+    return f"{var.owner.op}({args})"
+
+
+def _data_label(var) -> str:
+    if getattr(var, "name", None):
+        return f"'{var.name}'"
+    if isinstance(var, Constant):
+        return f"a constant of shape {np.shape(var.data)}"
+    if isinstance(var, SharedVariable):
+        return f"a shared variable of shape {np.shape(var.get_value(borrow=True))}"
+    return str(var)
+
+
+def _row_indexing_error(data_label, node, extra="") -> ModelNotSupportedError:
+    return ModelNotSupportedError(
+        f"The model indexes the rows of {data_label} (its first axis, the one the "
+        f"subsampling steps gather rows along) with {node.op}{extra}. The steps replace the data "
+        "by a batch of rows, so a row selection inside the model would select rows of the "
+        "batch, not of the data. Select the rows before building the model (in NumPy: "
+        "X = X[:1000] or X[::2], then pass X or pm.Data('X', X)); selections of columns "
+        "such as X[:, :4], X[:, [0, 2, 5]] or X[:, 1] are fine."
+    )
 
 
 def _constant_int(var) -> int | None:
@@ -81,6 +190,17 @@ class BatchGraph:
                 mapping[dl] = pt.cast(n_batch, dl.type.dtype)
         #: model variable -> its batch counterpart, extended by every rebuild
         self.mapping = mapping
+        #: batch variables whose first axis is the batch's rows -> the data's name
+        self._carries = {r.batch_input: r.name for r in rows}
+        #: structure key of a constant expression -> (its row data or None, the expression)
+        self._folds: dict = {}
+        #: the constant expressions mapped to row data (:meth:`fold_constants`)
+        self._folded: set = set()
+        #: indexing nodes of non-row data already checked (:meth:`_check_data_rows_selection`)
+        self._checked: set = set()
+        # the model's data expressions, e.g. ``X[:, :4]``: PyMC's logp rewrites fold them
+        # into new constants, which the likelihood then reads (found by value here)
+        self.fold_constants(list(model.observed_RVs), add=True)
 
     @property
     def inputs(self) -> list:
@@ -108,6 +228,86 @@ class BatchGraph:
         self.row_variables(outputs)
         return self.rebuild(list(outputs), self.mapping)
 
+    def fold_constants(self, outputs, *, add=False):
+        """Map the data expressions of ``outputs`` to the row data that hold their values.
+
+        A model reads a column selection of a constant (``X[:, :4]`` of a NumPy array or of
+        :func:`pymc_subsample.out_of_core.rows`) through an expression of constants only;
+        PyMC's logp rewrites fold it into a new ``(N, 4)`` constant, which is the row data
+        of the likelihood, while the model's own expressions (a linear predictor) still
+        read ``X`` through the indexing op. Each maximal constant sub-expression of
+        ``outputs`` with ``N`` rows is evaluated once and mapped to the row data with the
+        same values (so both graphs read the same batch). With ``add``, one that no row
+        data holds and that reads no row data becomes row data of its own (at build time);
+        otherwise it is refused, since leaving it would keep all ``N`` rows in the batch
+        graph.
+        """
+        n = self.n_rows
+        outputs = [o for o in outputs if isinstance(o, Variable)]
+        inputs = list(graph_inputs(outputs))
+        nodes = io_toposort(inputs, outputs)
+        const = {v for v in inputs if isinstance(v, Constant)}
+        for node in nodes:
+            if all(i in const for i in node.inputs):
+                const.update(node.outputs)
+        used = set(outputs)  # constant expressions read by non-constant nodes
+        for node in nodes:
+            if not all(i in const for i in node.inputs):
+                used.update(node.inputs)
+        memo: dict = {}
+        for v in [v for v in used if v in const and v.owner is not None]:
+            if v in self.mapping or not isinstance(v.type, TensorType) or v.type.ndim == 0:
+                continue
+            if v.type.shape[0] not in (None, n) or n <= 1:
+                continue
+            key = _structure_key(v, memo)
+            if key not in self._folds:
+                # ``v`` is kept: the key holds the identities of its constants' data
+                self._folds[key] = (self._match_fold(v, add), v)
+            target = self._folds[key][0]
+            if target is not None:
+                self.mapping[v] = target.batch_input
+                self._folded.add(v)
+
+    def _match_fold(self, var, add):
+        """The row data holding the value of the constant expression ``var``
+        (:meth:`fold_constants`), or None when it has no row axis, reads row data itself
+        (then it is rebuilt over the batch) or cannot be evaluated in Python (then the
+        factorisation check of the engine is the guard)."""
+        n = self.n_rows
+        try:
+            value = np.asarray(_evaluate(var))
+        except Exception:  # noqa: BLE001 - an op without a Python implementation
+            return None
+        if value.ndim == 0 or value.shape[0] != n:
+            return None
+        for r in self.rows:
+            if r._array is not None and _same_array(np.asarray(r._array), value):
+                return r
+        if any(i in self.mapping for i in graph_inputs([var])):
+            return None
+        if not add:
+            sources = [i for i in graph_inputs([var])
+                       if isinstance(i, Constant) and i.type.ndim >= 1]
+            what = ", ".join(_data_label(i) for i in sources) or "constants"
+            raise ModelNotSupportedError(
+                f"The model computes data with {n} rows ({_describe(var)}) from {what}, "
+                "and the engine cannot match it to the rows of the likelihood. Compute it "
+                "with NumPy before building the model and pass the result (an array or a "
+                "pm.Data with one row per observation)."
+            )
+        # build time: the likelihood reads this expression folded in some other form;
+        # its rows are gathered from the value computed here
+        static = (None,) + tuple(var.type.shape[1:])
+        batch = TensorType(var.type.dtype, shape=static)(name=f"rows[{len(self.rows)}]")
+        sources = [i for i in graph_inputs([var]) if isinstance(i, Constant) and i.type.ndim]
+        label = (f"constant of shape {value.shape} computed from "
+                 + (", ".join(_data_label(i) for i in sources) or "constants"))
+        row = RowData(label, var, batch, value)
+        self.rows.append(row)
+        self._carries[batch] = label
+        return row
+
     def row_variables(self, outputs) -> set:
         """The row-indexed data among the graph inputs of ``outputs``.
 
@@ -118,7 +318,8 @@ class BatchGraph:
         n = self.n_rows
         consts = [(r, r._array) for r in self.rows if r._array is not None]
         for var in graph_inputs(list(outputs)):
-            if (not isinstance(var, Constant) or var in self.mapping or var.type.ndim == 0
+            if (not isinstance(var, Constant) or var in self.mapping
+                    or not isinstance(var.type, TensorType) or var.type.ndim == 0
                     or np.shape(var.data)[:1] != (n,)):
                 continue
             for r, arr in consts:
@@ -127,7 +328,12 @@ class BatchGraph:
                                        and np.array_equal(arr, var.data)):
                     self.mapping[var] = r.batch_input
                     break
-        return {v for v in graph_inputs(list(outputs)) if v in self.mapping}
+        # data expressions of constants (``X[:, :4]``), folded by PyMC in the likelihood
+        self.fold_constants(list(outputs))
+        found = {v for v in graph_inputs(list(outputs)) if v in self.mapping}
+        if self._folded:
+            found |= {v for v in ancestors(list(outputs)) if v in self._folded}
+        return found
 
     def rebuild(self, outputs, mapping, *, rebuild_all=False):
         """The loop of :meth:`to_batch` over the graph of ``outputs``, extending ``mapping``.
@@ -138,12 +344,20 @@ class BatchGraph:
         """
         n = self.n_rows
         n_batch = self.rows[0].batch_input.shape[0]
-        for node in io_toposort(list(graph_inputs(outputs)), outputs):
+        # the graph below the mapped variables only (what they are computed from, e.g.
+        # ``X`` of a folded ``X[:1000]``, is not read)
+        leaves = list(graph_inputs(outputs, blockers=mapping))
+        leaves += [v for v in ancestors(outputs, blockers=mapping)
+                   if v.owner is not None and v in mapping]
+        for node in io_toposort(leaves, outputs):
             if node.outputs[0] in mapping:
                 continue
             new_inputs = [mapping.get(i, i) for i in node.inputs]
             if not rebuild_all and all(a is b for a, b in zip(new_inputs, node.inputs)):
+                self._check_data_rows_selection(node)
                 continue
+            if first_axis_index(node) == "index" and new_inputs[0] in self._carries:
+                raise _row_indexing_error(self._carries[new_inputs[0]], node)
             if isinstance(node.op, SpecifyShape):
                 mapping[node.outputs[0]] = new_inputs[0]
                 continue
@@ -159,7 +373,58 @@ class BatchGraph:
             new_node: Apply = node.op.make_node(*new_inputs)
             for old, new in zip(node.outputs, new_node.outputs):
                 mapping[old] = new
+            self._carry(node, new_inputs, new_node)
         return [mapping.get(o, o) for o in outputs]
+
+    def _carry(self, node, new_inputs, new_node):
+        """Record the rebuilt outputs whose first axis is still the batch's rows: those
+        of elementwise ops, of transpositions that keep the first axis first and of
+        indexing that keeps it whole (``X[:, :4]``), on such an input."""
+        out = new_node.outputs[0]
+        if len(new_node.outputs) != 1 or getattr(out.type, "ndim", 0) == 0:
+            return
+        op = node.op
+        if isinstance(op, Elemwise):
+            src = [i for i in new_inputs if i in self._carries and i.type.ndim == out.type.ndim]
+        elif isinstance(op, DimShuffle):
+            src = new_inputs[:1] if op.new_order[:1] == (0,) else []
+        elif first_axis_index(node) == "full":
+            src = new_inputs[:1]
+        else:
+            src = []
+        src = [i for i in src if i in self._carries]
+        if src:
+            self._carries[out] = self._carries[src[0]]
+
+    def _check_data_rows_selection(self, node):
+        """Refuse a data array that is not row data but is indexed along its first axis
+        into ``N`` rows (``pm.Data('X', X)[:1000]`` for 1000 observations): the batch graph
+        would keep those ``N`` rows whatever batch it is given."""
+        if node in self._checked or first_axis_index(node) != "index":
+            return
+        self._checked.add(node)
+        data = node.inputs[0]
+        if (not isinstance(data.type, TensorType) or data.type.ndim == 0
+                or getattr(node.outputs[0].type, "ndim", 0) == 0 or self.n_rows <= 1):
+            return
+        # an expression of data only (constants, pm.Data), indexed by data only: a
+        # parameter index is not a selection of rows
+        if not all(isinstance(i, (Constant, SharedVariable)) for i in graph_inputs(node.inputs)):
+            return
+        sources = [i for i in graph_inputs([data]) if isinstance(i.type, TensorType)
+                   and i.type.ndim >= 1]
+        if not sources:
+            return
+        try:
+            rows = np.shape(_evaluate(node.outputs[0]))[:1]
+        except Exception:  # noqa: BLE001 - checked numerically by check_factorises
+            return
+        if rows == (self.n_rows,):
+            what = ", ".join(_data_label(i) + (f" (shape {np.shape(_evaluate(i))})"
+                                               if getattr(i, "name", None) else "")
+                             for i in sources)
+            raise _row_indexing_error(
+                what, node, f" to get the {self.n_rows} rows of the observed data")
 
 
 @dataclass
