@@ -9,8 +9,12 @@ random variable op draws from them. One PyTensor function ``(q, rng, *rows' data
 Zarr) and every posterior draw gives one predictive draw per row. Memory holds the result
 (``rows x chains x draws``) only.
 
-Streaming predictive draws of all ``N`` rows to a Zarr store is not offered: at tall-data
-sizes a predictive check reads a subsample anyway (``az.plot_ppc`` plots densities).
+With ``store=`` (a path or a Zarr store) the draws of every chosen row (by default all
+``N`` rows) are written to a Zarr store on disk chunk by chunk, in groups
+``posterior_predictive`` and ``observed_data``, and the result reads them lazily (Dask
+arrays): memory holds one chunk of rows for every posterior draw (``ROWS_PER_CHUNK x
+chains x draws`` values), whatever ``N``. The store holds ``N x chains x draws`` values:
+thin the posterior first (``idata.sel(draw=slice(None, None, 10))``) when that is too much.
 """
 
 from __future__ import annotations
@@ -78,8 +82,66 @@ def _observed_values(model, rv, rows) -> np.ndarray:
     return np.asarray(np.take(arr, rows, axis=0), dtype=rv.dtype)
 
 
+def _draw_chunks(ev, f, rows, order, rng):
+    """``(positions, draws)`` per chunk of ``ROWS_PER_CHUNK`` rows, in increasing row
+    order: ``draws[i, k]`` is the predictive draw of row ``rows[positions[k]]`` at the
+    i-th posterior sample. One random stream, drawn chunk by chunk and draw by draw, so
+    the in-memory and the streamed results are the same draws."""
+    gen = np.random.default_rng(rng.integers(2**63))
+    for s in range(0, rows.size, ROWS_PER_CHUNK):
+        pos = order[s : s + ROWS_PER_CHUNK]
+        data = ev.engine.gather(rows[pos])
+        out = None
+        for i, q in enumerate(ev.q_draws):
+            gen, draw = f(q, gen, *data)
+            draw = np.asarray(draw)
+            if out is None:
+                out = np.empty((ev.n_samples,) + draw.shape, dtype=draw.dtype)
+            out[i] = draw
+        yield pos, out
+
+
+class _ZarrWriter:
+    """Writes the chunks of :func:`_draw_chunks` into regions of a Zarr store (xarray's
+    ``to_zarr(region=...)``), after a template of the whole arrays (Dask zeros, not
+    computed) has laid out the store."""
+
+    def __init__(self, store, row_dim_of, rows, coords):
+        self.store, self.row_dim_of, self.rows, self.coords = store, row_dim_of, rows, coords
+        self.started = set()
+
+    def _template(self, group, name, dims, shape, dtype, chunks, coords):
+        import dask.array as da
+        import xarray as xr
+
+        arr = da.zeros(shape, dtype=dtype, chunks=chunks)
+        ds = xr.Dataset({name: xr.DataArray(arr, dims=dims)}).assign_coords(coords)
+        mode = "a" if group in self.started else "w"
+        ds.to_zarr(self.store, group=group, mode=mode, compute=False, consolidated=False)
+        self.started.add(group)
+
+    def write(self, group, name, dims, values, start, first, chunks, coords):
+        import xarray as xr
+
+        row_dim = self.row_dim_of[name]
+        if first:
+            shape = list(values.shape)
+            shape[dims.index(row_dim)] = self.rows.size
+            self._template(group, name, dims, tuple(shape), values.dtype, chunks, coords)
+        region = {d: slice(None) for d in dims}
+        region[row_dim] = slice(start, start + values.shape[dims.index(row_dim)])
+        xr.Dataset({name: xr.DataArray(values, dims=dims)}).to_zarr(
+            self.store, group=group, region=region, consolidated=False)
+
+
+def _open_lazy(store, group):
+    import xarray as xr
+
+    return xr.open_zarr(store, group=group, consolidated=False)
+
+
 def sample_posterior_predictive(idata, model=None, *, rows=None, var_names=None,
-                                random_seed=None, n_rows=DEFAULT_ROWS):
+                                random_seed=None, n_rows=DEFAULT_ROWS, store=None):
     """Posterior predictive draws for a subset of rows, with their observed values.
 
     For each posterior draw, one draw of each observed variable on the chosen rows from
@@ -95,13 +157,19 @@ def sample_posterior_predictive(idata, model=None, *, rows=None, var_names=None,
         Default: the model on the context stack.
     rows : sequence of int, optional
         Row indices (distinct, in ``[0, N)``). Default: ``n_rows`` rows drawn at random
-        (all rows when ``N <= n_rows``), with ``random_seed``.
+        (all rows when ``N <= n_rows``), with ``random_seed``; with ``store``, all rows.
     var_names : list of str, optional
         Observed variables (default: all; they share the rows).
     random_seed : int or numpy.random.Generator, optional
         Seeds the choice of rows and the predictive draws.
     n_rows : int, default 1000
-        How many rows ``rows=None`` draws.
+        How many rows ``rows=None`` draws (without ``store``).
+    store : str, os.PathLike or Zarr store, optional
+        Stream the draws to this Zarr store (created, or overwritten) instead of memory:
+        groups ``posterior_predictive`` and ``observed_data``, chunked by
+        ``ROWS_PER_CHUNK`` rows, written chunk by chunk. The result's datasets are opened
+        lazily from it. Needs ``zarr`` and ``dask`` (``pip install
+        "pymc-subsample[dask]"``). The rows are written in increasing order.
 
     Returns
     -------
@@ -109,7 +177,8 @@ def sample_posterior_predictive(idata, model=None, *, rows=None, var_names=None,
         Same kind as ``idata``, with groups ``posterior_predictive`` (dims ``(chain, draw,
         <row dim>, ...)``) and ``observed_data`` (``(<row dim>, ...)``), the row dim's
         coordinate being the row indices, so ``az.plot_ppc`` (ArviZ 0.x) or
-        ``az.plot_ppc_dist`` (ArviZ 1.x) compares them directly.
+        ``az.plot_ppc_dist`` (ArviZ 1.x) compares them directly. With ``store``, both
+        groups are read lazily from the store.
 
     Raises
     ------
@@ -137,35 +206,54 @@ def sample_posterior_predictive(idata, model=None, *, rows=None, var_names=None,
     n = ev.n_rows
     if rows is None:
         k = int(n_rows)
-        rows = np.arange(n) if n <= k else np.sort(rng.choice(n, size=k, replace=False))
+        if store is not None or n <= k:
+            rows = np.arange(n)
+        else:
+            rows = np.sort(rng.choice(n, size=k, replace=False))
     rows = check_rows(rows, n, owner=owner)
     order = np.argsort(rows, kind="stable")
+    if store is not None:
+        rows, order = rows[order], np.arange(rows.size)  # written in increasing row order
     pp, obs = {}, {}
     post = ev.posterior
     coords = {"chain": post["chain"].values, "draw": post["draw"].values}
+    row_dims = {name: _row_dim(ev.engine, name, model) for name in var_names}
+    writer = None if store is None else _ZarrWriter(store, row_dims, rows, coords)
     for name in var_names:
         rv = model[name]
         f = _draw_function(ev, rv)
-        gen = np.random.default_rng(rng.integers(2**63))
-        out = None
-        for s in range(0, rows.size, ROWS_PER_CHUNK):
-            pos = order[s : s + ROWS_PER_CHUNK]
-            data = ev.engine.gather(rows[pos])
-            for i, q in enumerate(ev.q_draws):
-                gen, draw = f(q, gen, *data)
-                draw = np.asarray(draw)
+        row_dim, out = row_dims[name], None
+        for pos, draws in _draw_chunks(ev, f, rows, order, rng):
+            extra = _other_dims(model, name, draws.shape[2:])
+            if writer is None:
                 if out is None:
-                    out = np.empty((ev.n_samples, rows.size) + draw.shape[1:], dtype=draw.dtype)
-                out[i, pos] = draw
-        row_dim = _row_dim(ev.engine, name, model)
+                    out = np.empty((ev.n_samples, rows.size) + draws.shape[2:],
+                                   dtype=draws.dtype)
+                out[:, pos] = draws
+                continue
+            first, start = pos[0] == 0, int(pos[0])
+            dims = ("chain", "draw", row_dim, *extra)
+            values = draws.reshape((ev.n_chains, ev.n_draws) + draws.shape[1:])
+            chunks = (ev.n_chains, ev.n_draws, ROWS_PER_CHUNK) + draws.shape[2:]
+            writer.write("posterior_predictive", name, dims, values, start, first, chunks,
+                         {**coords, row_dim: rows})
+            writer.write("observed_data", name, (row_dim, *extra),
+                         _observed_values(model, rv, rows[pos]), start, first,
+                         (ROWS_PER_CHUNK,) + draws.shape[2:], {row_dim: rows})
+        if writer is not None:
+            continue
         extra = _other_dims(model, name, out.shape[2:])
         arr = out.reshape((ev.n_chains, ev.n_draws) + out.shape[1:])
         pp[name] = xr.DataArray(arr, dims=("chain", "draw", row_dim, *extra),
                                 coords={row_dim: rows})
         obs[name] = xr.DataArray(_observed_values(model, rv, rows),
                                  dims=(row_dim, *extra), coords={row_dim: rows})
-    pp_ds = xr.Dataset(pp).assign_coords(coords)
-    obs_ds = xr.Dataset(obs)
+    if writer is not None:
+        pp_ds = _open_lazy(store, "posterior_predictive")
+        obs_ds = _open_lazy(store, "observed_data")
+    else:
+        pp_ds = xr.Dataset(pp).assign_coords(coords)
+        obs_ds = xr.Dataset(obs)
     if is_datatree(idata):
         return xr.DataTree.from_dict({"/posterior_predictive": pp_ds, "/observed_data": obs_ds})
     import arviz as az

@@ -192,3 +192,47 @@ def test_plot_ppc_accepts_the_result(fitted):
         az.plot_ppc_dist(res)
     else:
         az.plot_ppc(res)
+
+
+@pytest.mark.parametrize("fitted", ["poisson", "random_intercept"], indirect=True)
+def test_zarr_store_streams_every_row(fitted, tmp_path, monkeypatch):
+    """``store=``: the draws of all N rows written chunk by chunk to a Zarr store and read
+    back lazily are the in-memory draws of the same rows and seed; the observed values
+    are the data's; memory holds a chunk, not the N x draws array."""
+    import dask.array as da
+
+    name, model, idata, y, _ = fitted
+    monkeypatch.setattr(predictive_module, "ROWS_PER_CHUNK", 512)  # several chunks
+    written = []
+    write = predictive_module._ZarrWriter.write
+
+    def spy(self, group_name, var, dims, values, *args):
+        written.append((group_name, values.shape))
+        return write(self, group_name, var, dims, values, *args)
+
+    monkeypatch.setattr(predictive_module._ZarrWriter, "write", spy)
+    store = tmp_path / "pp.zarr"
+    res = pms.sample_posterior_predictive(idata, model, store=store, random_seed=11)
+    pp = group(res, "posterior_predictive")["y"]
+    assert isinstance(pp.data, da.Array)  # read lazily from the store
+    # every write held one chunk of rows (for every draw), never all N rows
+    chunks = [shape for g, shape in written if g == "posterior_predictive"]
+    assert len(chunks) == -(-N // 512)
+    assert max(shape[2] for shape in chunks) == 512
+    row_dim = pp.dims[2]
+    np.testing.assert_array_equal(pp[row_dim].values, np.arange(N))
+    mem = pms.sample_posterior_predictive(idata, model, rows=np.arange(N), random_seed=11)
+    np.testing.assert_array_equal(pp.values, group(mem, "posterior_predictive")["y"].values)
+    obs = group(res, "observed_data")["y"]
+    np.testing.assert_array_equal(obs.values, y)
+    # the store stands alone: another process can open it
+    import xarray as xr
+
+    again = xr.open_zarr(store, group="posterior_predictive", consolidated=False)
+    np.testing.assert_array_equal(again["y"].values, pp.values)
+    # a chosen subset is written in increasing row order
+    sub = pms.sample_posterior_predictive(idata, model, rows=[2999, 5, 700], store=store,
+                                          random_seed=11)
+    sub_pp = group(sub, "posterior_predictive")["y"]
+    np.testing.assert_array_equal(sub_pp[row_dim].values, [5, 700, 2999])
+    np.testing.assert_array_equal(group(sub, "observed_data")["y"].values, y[[5, 700, 2999]])
