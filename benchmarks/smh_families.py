@@ -9,7 +9,13 @@ coefficients ``b``, ``eta = a + X b``, ``a, b ~ Normal(0, 2)``, scale or shape
 * ``gamma``: ``y ~ Gamma(alpha=s, beta=s / exp(eta))`` (mean ``exp(eta)``, shape ``s``);
 * ``negbinomial``: ``y ~ NegativeBinomial(mu=exp(eta), alpha=s)``;
 * ``poisson``: ``y ~ Poisson(exp(eta))`` (no scale; for comparison);
-* ``probit``: ``y ~ Bernoulli(p=pm.math.invprobit(eta))`` (no scale).
+* ``probit``: ``y ~ Bernoulli(p=pm.math.invprobit(eta))`` (no scale);
+* ``multiobs``: two observed variables on the same rows, ``y ~ Normal(eta, s)`` and
+  ``y2 ~ Bernoulli(logit_p = X b + c)`` (shared ``b``, ``c ~ Normal(0, 2)``);
+* ``zip``: ``y ~ ZeroInflatedPoisson(psi, mu=exp(eta))``, ``psi ~ Beta(2, 2)`` (sampled on
+  the logit scale; data with ``psi = 0.7``); ``zip_fixed``: the same with ``psi = 0.7`` fixed;
+* ``censored``: ``y ~ Censored(Normal(eta, s), lower=-0.5, upper=1.5)`` (about 28% of rows
+  censored below, 19% above); ``censored_fixed``: the same with ``s = 1.2`` fixed.
 
 Each model is sampled by ``pms.ScalableMH()`` (order 2, defaults: 2 chains x (1,000 tune +
 2,000 draws), the step built inside the timed call) and by ``pm.sample()`` (NUTS, 2
@@ -38,7 +44,8 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
 
 import numpy as np  # noqa: E402
 
-FAMILIES = ("normal", "student_t", "gamma", "negbinomial", "poisson", "probit")
+FAMILIES = ("normal", "student_t", "gamma", "negbinomial", "poisson", "probit", "multiobs",
+            "zip", "zip_fixed", "censored", "censored_fixed")
 D = 5
 
 
@@ -48,7 +55,7 @@ def family_model(family, n, seed=0):
     rng = np.random.default_rng(seed)
     X = rng.standard_normal((n, D))
     eta = 0.3 + X @ np.linspace(-0.4, 0.4, D)
-    if family == "normal":
+    if family in ("normal", "multiobs"):
         y = eta + 1.2 * rng.standard_normal(n)
     elif family == "student_t":
         y = eta + 1.2 * rng.standard_t(4.0, n)
@@ -58,13 +65,17 @@ def family_model(family, n, seed=0):
         y = rng.poisson(np.exp(eta) * rng.gamma(2.0, 0.5, n))
     elif family == "probit":
         y = (rng.standard_normal(n) < eta).astype(np.int64)
+    elif family.startswith("zip"):
+        y = np.where(rng.random(n) < 0.7, rng.poisson(np.exp(eta)), 0)
+    elif family.startswith("censored"):
+        y = np.clip(eta + 1.2 * rng.standard_normal(n), -0.5, 1.5)
     else:
         y = rng.poisson(np.exp(eta))
     with pm.Model() as model:
         a = pm.Normal("a", 0.0, 2.0)
         b = pm.Normal("b", 0.0, 2.0, shape=D)
         e = a + pm.math.dot(X, b)
-        if family not in ("poisson", "probit"):
+        if family not in ("poisson", "probit", "zip", "zip_fixed", "censored_fixed"):
             s = pm.HalfNormal("s", 5.0)
         if family == "normal":
             pm.Normal("y", mu=e, sigma=s, observed=y)
@@ -76,6 +87,18 @@ def family_model(family, n, seed=0):
             pm.NegativeBinomial("y", mu=pm.math.exp(e), alpha=s, observed=y)
         elif family == "probit":
             pm.Bernoulli("y", p=pm.math.invprobit(e), observed=y)
+        elif family == "multiobs":
+            pm.Normal("y", mu=e, sigma=s, observed=y)
+            y2 = (rng.random(n) < 1.0 / (1.0 + np.exp(0.3 - eta))).astype(np.int64)
+            c = pm.Normal("c", 0.0, 2.0)
+            pm.Bernoulli("y2", logit_p=pm.math.dot(X, b) + c, observed=y2)
+        elif family.startswith("zip"):
+            psi = pm.Beta("psi", 2.0, 2.0) if family == "zip" else 0.7
+            pm.ZeroInflatedPoisson("y", psi=psi, mu=pm.math.exp(e), observed=y)
+        elif family.startswith("censored"):
+            sigma = s if family == "censored" else 1.2
+            pm.Censored("y", pm.Normal.dist(mu=e, sigma=sigma), lower=-0.5, upper=1.5,
+                        observed=y)
         else:
             pm.Poisson("y", mu=pm.math.exp(e), observed=y)
     return model
@@ -95,7 +118,7 @@ def _sample(model, make_step, *, tune, draws, seed):
     return idata, wall
 
 
-def _summary(idata, names=("a", "b", "s")):
+def _summary(idata, names=("a", "b", "s", "c", "psi")):
     """``name -> (mean, sd, mcse, bulk ESS)`` per component of the named variables."""
     import arviz as az
 

@@ -36,6 +36,7 @@ _LAZY = {
     "loo_update": "pymc_subsample.workflow",
     "compute_log_likelihood": "pymc_subsample.workflow",
     "sample_posterior_predictive": "pymc_subsample.workflow",
+    "advise": "pymc_subsample.advice",
 }
 
 __all__ = sorted(_LAZY) + ["__version__"]

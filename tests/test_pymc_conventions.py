@@ -34,8 +34,8 @@ def test_progress_bar_columns_are_running_means_of_the_stats(name):
     cls = getattr(pms, name)
     columns, fields = cls._progressbar_config(n_chains=2)
     headers = [c.get_table_column().header for c in columns]
-    assert headers[:2] == ["Rows/draw", "Accept"]
-    assert ("Fallback" in headers) == (name == "ScalableMH")
+    assert headers[:2] == ["Rows", "Acc"]
+    assert ("Fallbk" in headers) == (name == "ScalableMH")
     assert all(v == ["-", "-"] for v in fields.values()) and len(fields) == len(columns)
     (update,) = cls._make_progressbar_update_functions()
     draws = [{"data_used": 100, "accepted": 1.0, "fallback": False},

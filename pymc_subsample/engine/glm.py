@@ -33,7 +33,7 @@ from pytensor.tensor.elemwise import Elemwise
 
 from .evaluate import thread_copy
 from ..kernels.bounds import UpperBounds, predictor_constants
-from ..kernels.families import FAMILIES, get_family, supported_text
+from ..kernels.families import FAMILIES, auto_refusal, get_family, supported_text
 from ..kernels.region import path_constants
 
 try:  # PyTensor >= 2.31 moved graph traversal helpers
@@ -41,8 +41,8 @@ try:  # PyTensor >= 2.31 moved graph traversal helpers
 except ImportError:  # pragma: no cover - older PyTensor
     from pytensor.graph.basic import ancestors, graph_inputs
 
-__all__ = ["GLMSpec", "LINKS", "detect_glm", "glm_psi", "chunk_psi", "two_param_chunk_psi",
-           "eta_is_affine", "register_link", "SUPPORTED_TEXT"]
+__all__ = ["GLMSpec", "LINKS", "detect_glm", "detect_glms", "glm_psi", "chunk_psi",
+           "two_param_chunk_psi", "eta_is_affine", "register_link", "SUPPORTED_TEXT"]
 
 
 def __getattr__(name):
@@ -173,6 +173,116 @@ def _log_mean_negbinomial(params, family):
     return pt.log(n) + pt.log1p(-p) - pt.log(p)
 
 
+def _stacked_pair(w):
+    """``(a, b)`` when ``w`` stacks two tensors along its last axis (``pt.stack([a, b],
+    axis=-1)``: a ``MakeVector`` of scalars or a ``Join`` of expanded tensors), else
+    None."""
+    from pytensor.tensor.basic import Join, MakeVector
+    from pytensor.tensor.elemwise import DimShuffle
+
+    node = w.owner
+    if node is None:
+        return None
+    if isinstance(node.op, MakeVector) and len(node.inputs) == 2:
+        return tuple(node.inputs)
+    if not (isinstance(node.op, Join) and len(node.inputs) == 3):
+        return None
+    parts = []
+    for x in node.inputs[1:]:
+        if (x.owner is None or not isinstance(x.owner.op, DimShuffle)
+                or x.owner.op.new_order[-1] != "x"):
+            return None
+        parts.append(x.owner.inputs[0])
+    return tuple(parts)
+
+
+def _constant_equal(x, value) -> bool:
+    """Whether ``x`` is a constant expression equal to ``value`` everywhere."""
+    if not all(isinstance(v, pt.TensorConstant) for v in graph_inputs([x])):
+        return False
+    try:
+        return bool(np.all(np.asarray(x.eval()) == value))
+    except Exception:  # noqa: BLE001 - not a constant we can read: not the pattern
+        return False
+
+
+def _zero_inflated_params(params, family):
+    """``psi`` and the count component's parameters of a zero-inflated mixture, as
+    ``pm.ZeroInflatedPoisson`` (and ``ZeroInflatedNegativeBinomial``) build it: a
+    ``Mixture`` of ``DiracDelta(0)`` and the count distribution (op
+    ``family.component``) with weights ``stack([1 - psi, psi], axis=-1)``. Returns
+    ``{"psi": psi, <family.derived_params[1:]>: the component's parameters}``, or None
+    when the mixture is not of that form."""
+    zero, count = params["zero"], params["count"]
+    for rv, op_name in ((zero, "DiracDeltaRV"), (count, family.component)):
+        if rv.owner is None or type(rv.owner.op).__name__ != op_name:
+            return None
+    if not _constant_equal(zero.owner.op.dist_params(zero.owner)[0], 0):
+        return None
+    pair = _stacked_pair(params["w"])
+    if pair is None:
+        return None
+    rest, psi = pair
+    node = rest.owner
+    if not (node is not None and isinstance(node.op, Elemwise)
+            and isinstance(node.op.scalar_op, ps.Sub) and node.inputs[1] is psi
+            and _constant_equal(node.inputs[0], 1)):
+        return None
+    values = count.owner.op.dist_params(count.owner)
+    if len(values) != len(family.derived_params) - 1:
+        return None
+    return {"psi": psi, **dict(zip(family.derived_params[1:], values))}
+
+
+def _censored_params(params, family):
+    """``mu`` and ``sigma`` of the distribution inside ``pm.Censored(dist, lower, upper)``
+    (op ``CensoredRV``, parameters ``(dist, lower, upper)``; PyMC 5 and 6): ``dist`` is
+    the output of a ``family.component`` op (``NormalRV``), whose own parameters are
+    read by ``family.derived_params``. None when ``dist`` is another distribution."""
+    dist = params["dist"]
+    node = dist.owner
+    if node is None or type(node.op).__name__ != family.component:
+        return None
+    values = node.op.dist_params(node)
+    if len(values) != len(family.derived_params):
+        return None
+    return dict(zip(family.derived_params, values))
+
+
+#: readers of derived parameters by name (``GLMFamily.param_reader``):
+#: ``reader(params, family) -> dict or None`` adds the parameters ``family.derived_params``
+#: to the op's (by ``dist_params`` names), or None when the graph does not have the
+#: family's structure (the family is then skipped)
+PARAM_READERS = {
+    "zero_inflated": _zero_inflated_params,
+    "censored": _censored_params,
+}
+
+
+def _family_params(family, values):
+    """The parameters of ``family`` by name: the op's ``values`` and those its
+    ``param_reader`` derives (None when that reader does not match)."""
+    params = dict(zip(family.dist_params, values))
+    if family.param_reader is None:
+        return params
+    derived = PARAM_READERS[family.param_reader](params, family)
+    return None if derived is None else {**params, **derived}
+
+
+def _second_coordinate(family, params):
+    """The second row coordinate of a two-parameter family: ``log`` or ``logit`` of its
+    ``scale_param`` (``GLMFamily.scale_transform``), or None."""
+    if family.scale_param is None:
+        return None
+    p = params[family.scale_param]
+    if family.scale_transform == "logit":
+        return pt.log(p) - pt.log1p(-p)
+    if family.scale_transform != "log":
+        raise ValueError(f"GLM family {family.name!r}: unknown scale_transform "
+                         f"{family.scale_transform!r} (expected 'log' or 'logit').")
+    return pt.log(p)
+
+
 #: link readers by name (``GLMFamily.link``): ``reader(params, family) -> eta or None``,
 #: ``params`` the distribution's parameters by the family's ``dist_params`` names; None
 #: when the graph does not have the link (the next family of the distribution is tried)
@@ -194,11 +304,9 @@ def register_link(name: str, reader) -> None:
 
 def _fixed_value(var, name, obs, model):
     if not _is_fixed(var, model):
-        raise ValueError(
-            f"ScalableMH bounds='auto': the {name} of observed '{obs}' depends on a free "
-            f"variable; the derivative bounds need a fixed {name} (give it a fixed value, "
-            "or pass bounds=). " + supported_text()
-        )
+        raise ValueError(auto_refusal(
+            f"the {name} of observed '{obs}' depends on a free variable; its bounds need "
+            "it fixed (give it a fixed value)."))
     return np.asarray(var.eval(), dtype=np.float64)
 
 
@@ -219,11 +327,11 @@ def _match(family, params, rv, model):
         return None
     values = {p: _fixed_value(params[p], family.param_label(p), rv.name, model)
               for p in family.fixed_params}
-    log_scale = None if family.scale_param is None else pt.log(params[family.scale_param])
+    log_scale = _second_coordinate(family, params)
     return GLMSpec(family.name, rv.name, eta, values, log_scale)
 
 
-def detect_glm(model) -> GLMSpec:
+def detect_glm(model, observed=None) -> GLMSpec:
     """Find the GLM structure of the model's likelihood, or raise a ValueError saying why.
 
     The registered families (:data:`pymc_subsample.kernels.families.FAMILIES`) whose
@@ -232,24 +340,26 @@ def detect_glm(model) -> GLMSpec:
     Parameters
     ----------
     model : pymc.Model
+    observed : observed random variable of ``model``, optional
+        The variable to read (:func:`detect_glms` reads each); default: the model's only
+        observed variable (a ValueError when it has several).
 
     Returns
     -------
     GLMSpec
     """
-    obs = list(model.observed_RVs)
+    obs = list(model.observed_RVs) if observed is None else [observed]
     if len(obs) != 1:
-        raise ValueError(
-            f"ScalableMH bounds='auto' supports one observed variable, the model has {len(obs)} "
-            f"({', '.join(o.name for o in obs)}). " + supported_text()
-        )
+        names = ", ".join(o.name for o in obs[:3]) + (", ..." if len(obs) > 3 else "")
+        raise ValueError(auto_refusal(
+            f"it supports one observed variable, the model has {len(obs)} ({names})."))
     rv = obs[0]
     op = rv.owner.op
     values = op.dist_params(rv.owner) if hasattr(op, "dist_params") else rv.owner.inputs[3:]
     spec, tried = None, []
     for family in [f for f in FAMILIES.values() if f.distribution == type(op).__name__]:
-        params = dict(zip(family.dist_params, values))
-        if not _selected(family, params, model):
+        params = _family_params(family, values)
+        if params is None or not _selected(family, params, model):
             continue
         spec = _match(family, params, rv, model)
         if spec is not None:
@@ -257,21 +367,53 @@ def detect_glm(model) -> GLMSpec:
         tried.append(family)  # its link did not match
     if spec is None:
         if not tried:
-            raise ValueError(
-                f"ScalableMH bounds='auto' does not know the likelihood of observed "
-                f"'{rv.name}' ({type(op).__name__}). " + supported_text()
-            )
+            raise ValueError(auto_refusal(
+                f"it does not know the likelihood of observed '{rv.name}' "
+                f"({type(op).__name__})."))
         hints = [f.link_hint or f"a {f.link} link" for f in tried]
         links = (f"not with {hints[0]}" if len(hints) == 1
                  else "neither with " + " nor with ".join(hints))
-        raise ValueError(
-            f"ScalableMH bounds='auto': observed '{rv.name}' is {tried[0].label} but "
-            f"{links}. " + supported_text()
-        )
+        raise ValueError(auto_refusal(
+            f"observed '{rv.name}' is {tried[0].label} but {links}."))
     spec.eta = model.replace_rvs_by_values([spec.eta])[0]
     if spec.log_scale is not None:
         spec.log_scale = model.replace_rvs_by_values([spec.log_scale])[0]
     return spec
+
+
+def detect_glms(model) -> list:
+    """One :class:`GLMSpec` per observed variable of ``model`` (:func:`detect_glm` on
+    each), or a ValueError saying which variable is not recognised.
+
+    The engine sums the observed variables' terms row by row
+    (:meth:`pymc_subsample.engine.batch_graph.BatchGraph.loglik`), so row ``i``'s term is
+    ``U_i = sum_v U_i^(v)`` and, the derivatives of a sum being bounded by the sum of
+    the bounds, ``psi_i = sum_v psi_i^(v)`` bounds it (docs/engine.md, "Several observed
+    variables"). That needs the variables to share their rows: observed variables of
+    different lengths are refused, as the engine refuses them.
+
+    Parameters
+    ----------
+    model : pymc.Model
+
+    Returns
+    -------
+    list of GLMSpec
+        In the order of ``model.observed_RVs``.
+    """
+    from .analysis import _static_len
+
+    obs = list(model.observed_RVs)
+    if not obs:
+        raise ValueError(auto_refusal("the model has no observed variable."))
+    lengths = {rv.name: _static_len(model.rvs_to_values[rv]) for rv in obs}
+    if len(set(lengths.values())) > 1:
+        listing = ", ".join(f"'{k}' {v}" for k, v in list(lengths.items())[:3])
+        raise ValueError(auto_refusal(
+            f"the observed variables have different numbers of rows ({listing}"
+            f"{', ...' if len(lengths) > 3 else ''}): align them row by row (the bounds "
+            "are per row, summed over its variables)."))
+    return [detect_glm(model, rv) for rv in obs]
 
 
 def is_affine(f, x, rng) -> bool:
@@ -319,14 +461,12 @@ def _eta_fn(engine, spec):
 
 def _require_affine(engine, fn, q_hat, what, spec):
     if not _check_affine(engine, fn, q_hat):
-        extra = ("; a scale or shape must be a positive free variable (log-transformed) or "
-                 "a fixed number" if what != "linear predictor" else "")
-        raise ValueError(
-            f"ScalableMH bounds='auto': the {what} of observed '{spec.observed}' is not "
-            "affine in the step's unconstrained variables (e.g. a coefficient multiplied by "
-            "another sampled variable, or a positive-constrained coefficient, which is "
-            f"log-transformed){extra}. " + supported_text()
-        )
+        detail = (" (e.g. a product of two of them, or a positive-constrained coefficient)"
+                  if what == "linear predictor"
+                  else ": a scale or shape must be a positive free variable or fixed")
+        raise ValueError(auto_refusal(
+            f"the {what} of observed '{spec.observed}' ({spec.glm_family.label}) is not "
+            f"affine in the sampled variables{detail}."))
 
 
 def _two_param_psi(engine, spec, order, q_hat, chunk, whiten, radius):
@@ -470,8 +610,9 @@ def _one_nu(spec):
     nu = spec.params.get("nu")
     if nu is not None:
         if np.ndim(nu) and np.unique(nu).size > 1:
-            raise ValueError("ScalableMH bounds='auto' needs one nu for all rows. "
-                             + supported_text())
+            raise ValueError(auto_refusal(
+                f"observed '{spec.observed}' has a nu per row; its bounds need one nu for "
+                "all rows."))
         nu = float(np.ravel(nu)[0])
     return nu
 

@@ -36,7 +36,7 @@ from .evaluate import thread_copy
 from .glm import detect_glm, is_affine, sample_rows
 from ..kernels.bounds import UpperBounds
 from ..kernels.control_variates import TaylorProxy
-from ..kernels.families import get_family
+from ..kernels.families import auto_refusal, get_family
 from ..kernels.predictor import (
     predictor_sums,
     remainder_difference,
@@ -450,9 +450,9 @@ def predictor_map(engine, spec, *, curved_at=None) -> PredictorMap | None:
     for key, val in spec.params.items():
         arr = np.asarray(val, dtype=np.float64)
         if arr.size != 1:
-            raise ValueError(
-                f"ScalableMH bounds='auto': observed '{spec.observed}' has a {key} per row; the "
-                "predictor coordinates need one value for all rows.")
+            raise ValueError(auto_refusal(
+                f"observed '{spec.observed}' has a {key} per row; the predictor coordinates "
+                "need one value for all rows."))
         params[key] = float(arr.reshape(-1)[0])
     key = ("predictor_map", spec.observed, str(spec.family), scale)
     cached = engine.reused_if_any(key)
@@ -540,9 +540,9 @@ def _compile_predictor(engine, spec, scale, analysis):
     channels_v = engine.batch_graph.rebuild(channels, dict(replace))
     left = [a for a in ancestors(channels_v) if a in value_vars]
     if left:
-        raise ValueError(
-            f"ScalableMH bounds='auto': the linear predictor of '{spec.observed}' reads "
-            f"{left[0]} outside any data-free parameter expression.")
+        raise ValueError(auto_refusal(
+            f"the linear predictor of observed '{spec.observed}' reads {str(left[0])[:40]} "
+            "outside any data-free parameter expression."))
     batch = engine.to_batch(channels_v)
     eta_fn = engine.compile_over_rows([v_in], batch if scale else batch[0])
     stack_fn = None

@@ -150,7 +150,22 @@ class GLMFamily:
         Distribution parameters that must be fixed; their values are the ``params``
         handed to the numeric methods, under these names.
     scale_param : str or None
-        The parameter sampled (or fixed) on the log scale: ``s = log(param)``.
+        The parameter sampled (or fixed) on the log scale: ``s = log(param)`` (or on the
+        scale :attr:`scale_transform` names).
+    scale_transform : str
+        How the second row coordinate reads :attr:`scale_param`: ``"log"`` (default,
+        ``s = log(param)``) or ``"logit"`` (``s = log(param / (1 - param))``, a mixing
+        probability).
+    param_reader : str or None
+        Name of a reader in :data:`pymc_subsample.engine.glm.PARAM_READERS` that derives
+        :attr:`derived_params` from the op's parameters (a zero-inflated mixture's ``psi``
+        and its count component's parameters); None: the op's parameters only.
+    derived_params : tuple of str
+        The names that reader adds (they may serve as ``link_param``, ``scale_param``,
+        ``selector`` and ``fixed_params``).
+    component : str or None
+        For :attr:`param_reader`: the class name of the mixture component's op it reads
+        (``"PoissonRV"``).
     selector : (str, bool) or None
         ``(param, fixed)``: the family applies only when ``param`` is fixed (True) or
         depends on a free variable (False); two families of one distribution split so.
@@ -173,6 +188,10 @@ class GLMFamily:
     link_hint: str = ""
     fixed_params: tuple = ()
     scale_param: str | None = None
+    scale_transform: str = "log"
+    param_reader: str | None = None
+    derived_params: tuple = ()
+    component: str | None = None
     selector: tuple | None = None
     needs_y: bool = False
     unbounded: str = "its derivatives are unbounded over the whole line"
@@ -281,7 +300,7 @@ def register(family, *, replace: bool = False):
             f"GLM family {fam.name!r} provides no bound: override sup_derivative or "
             "local_sup (one-parameter rows), or box_partials (with scale_param).")
     named = (fam.link_param, fam.scale_param, fam.selector and fam.selector[0], *fam.fixed_params)
-    unknown = [p for p in named if p and p not in fam.dist_params]
+    unknown = [p for p in named if p and p not in fam.dist_params + fam.derived_params]
     if fam.distribution is not None and unknown:
         raise ValueError(f"GLM family {fam.name!r}: parameters {unknown} are not among its "
                          f"dist_params {fam.dist_params}.")
@@ -370,9 +389,29 @@ _TAIL = (
 )
 
 
+#: The documentation page that lists the families ``bounds='auto'`` knows, how to pass
+#: bounds of one's own and how to register a family; every refusal points to it.
+FAMILIES_DOC = "docs/families.md"
+#: The upper limit on the length of a refusal (:func:`auto_refusal`) with names of
+#: ordinary length: a message read at a prompt, not a manual.
+REFUSAL_LIMIT = 300
+
+
+def auto_refusal(what: str) -> str:
+    """A refusal of ScalableMH's ``bounds='auto'``: ``what`` (one sentence naming the
+    observed variable and what about its likelihood is not supported), then what to do
+    instead and the page that lists the families (:data:`FAMILIES_DOC`). The full list
+    (:func:`supported_text`) is left to that page and to :data:`pymc_subsample.engine.
+    glm.SUPPORTED_TEXT`, so that the message stays within :data:`REFUSAL_LIMIT`
+    characters for names of ordinary length."""
+    return (f"ScalableMH bounds='auto': {what} Pass bounds= (a callable or an array) or use "
+            f"AustereMH/BarkerMinibatch; see {FAMILIES_DOC}.")
+
+
 def supported_text() -> str:
     """What ``bounds='auto'`` recognises, generated from the registry (the text of
-    :data:`pymc_subsample.engine.glm.SUPPORTED_TEXT`)."""
+    :data:`pymc_subsample.engine.glm.SUPPORTED_TEXT`; the refusals themselves are short,
+    :func:`auto_refusal`, and point to :data:`FAMILIES_DOC`)."""
     entries = []
     for fam in FAMILIES.values():
         if fam.distribution is None:
@@ -806,5 +845,614 @@ class NegBinomialLog(GLMFamily):
 
 for _family in (BernoulliLogit, BernoulliProbit, StudentT, Normal, PoissonLog, NormalScale,
                 StudentTScale, GammaLog, NegBinomialLog):
+    register(_family)
+del _family
+
+
+# ------------------------------------------------------------ zero-inflated Poisson
+#: eta above which a zero row's terms are evaluated at this value: they carry a factor
+#: ``e^(r - x)``, ``x = e^eta >= 4.8e8``, below the smallest float there (for any
+#: ``r = logit psi < 10^8``), and ``x^3`` would overflow far beyond it
+_ZI_ETA_MAX = 20.0
+#: sub-interval width and most sub-intervals for the interval suprema of zero rows
+_ZI_PIECE = 0.05
+_ZI_MAX_PIECES = 16
+
+
+def _logit_psi(psi, family: str) -> np.ndarray:
+    """``r = log(psi / (1 - psi))`` of a fixed zero-inflation probability, checked to lie
+    in (0, 1)."""
+    psi = np.asarray(psi, dtype=np.float64)
+    if not np.all((psi > 0.0) & (psi < 1.0)):
+        raise ValueError(
+            f"{family}: psi (the probability of the count component) must lie strictly "
+            "between 0 and 1; with psi = 1 use pm.Poisson.")
+    return np.log(psi) - np.log1p(-psi)
+
+
+def _zip_zero_partials(m, E, R):
+    """Enclosures of the m-th partials of a zero row of the zero-inflated Poisson,
+    ``l = softplus(r - x) - softplus(r)`` with ``x = e^eta``, ``r = logit psi``, over the
+    box ``E x R``, in the order ``d^m l / d eta^j d r^(m-j)``, ``j = 0..m``.
+
+    With ``z = r - x``, ``W = sigmoid(z)``, ``V = 1 - W``, ``P = sigmoid(r)``,
+    ``Q = 1 - P`` (``softplus' = sigmoid``, ``sigmoid' = W V``,
+    ``sigmoid'' = W V (V - W)``, and ``dz/d eta = -x``, ``d^2 z / d eta^2 = -x``):
+
+    * m = 2: ``l_rr = W V - P Q``, ``l_er = -x W V``, ``l_ee = x W (x V - 1)``;
+    * m = 3: ``l_rrr = W V (V - W) - P Q (Q - P)``, ``l_err = -x W V (V - W)``,
+      ``l_eer = x W V (x (V - W) - 1)``,
+      ``l_eee = -x W (x^2 V (V - W) - 3 x V + 1)``.
+    """
+    E = Interval(np.minimum(E.lo, _ZI_ETA_MAX), np.minimum(E.hi, _ZI_ETA_MAX))
+    X = E.exp()
+    Z = R - X
+    W, V = Z.expit(), (-Z).expit()
+    P, Q = R.expit(), (-R).expit()
+    WV = W * V
+    if m == 2:
+        return [WV - P * Q, -(X * WV), X * W * (X * V - 1.0)]
+    VW = V - W
+    return [WV * VW - P * Q * (Q - P), -(X * WV * VW), X * WV * (X * VW - 1.0),
+            -(X * W * (X**2 * (V * VW) - 3.0 * (X * V) + 1.0))]
+
+
+def _zip_count_partials(m, E, R):
+    """The m-th partials of a count row (``y > 0``) of the zero-inflated Poisson,
+    ``l = log sigmoid(r) + y eta - e^eta``: ``l_ee = l_eee = -e^eta``, the mixed ones 0,
+    ``l_rr = -P Q``, ``l_rrr = -P Q (Q - P)`` (:func:`_zip_zero_partials`' notation)."""
+    X = E.exp()
+    P, Q = R.expit(), (-R).expit()
+    zero = Interval(np.zeros(np.broadcast(E.lo, R.lo).shape))
+    if m == 2:
+        return [-(P * Q), zero, -X]
+    return [-(P * Q * (Q - P)), zero, zero, -X]
+
+
+def _rows_where(mask, a: Interval, b: Interval) -> Interval:
+    """Row by row: ``a`` where ``mask``, else ``b``."""
+    return Interval(np.where(mask, a.lo, b.lo), np.where(mask, a.hi, b.hi))
+
+
+def _pieces(lo, hi):
+    """Sub-intervals of ``[lo_i, hi_i]`` (at most ``_ZI_MAX_PIECES``, of width about
+    ``_ZI_PIECE``): interval evaluation's excess shrinks with the width."""
+    width = float(np.max(hi - lo)) if np.size(lo) else 0.0
+    k = int(min(_ZI_MAX_PIECES, max(1, math.ceil(width / _ZI_PIECE))))
+    for i in range(k):
+        a = lo + (hi - lo) * (i / k)
+        b = hi if i == k - 1 else lo + (hi - lo) * ((i + 1) / k)
+        yield a, b
+
+
+class ZeroInflatedPoissonLog(GLMFamily):
+    """Zero-inflated Poisson with a log link and a fixed ``psi`` in (0, 1):
+    ``p(0) = 1 - psi + psi e^-mu``, ``p(y) = psi Poisson(y | mu)`` for ``y > 0``,
+    ``mu = e^eta``. PyMC builds it as a ``Mixture`` of ``DiracDelta(0)`` and the Poisson
+    with weights ``(1 - psi, psi)``.
+
+    Count rows (``y > 0``): ``f = -l = e^eta - y eta - log psi``, the Poisson row:
+    ``f'' = f''' = e^eta``, increasing, so the supremum over ``[lo, hi]`` is ``exp(hi)``
+    (no global bound). Zero rows: with ``r = logit psi`` and ``x = e^eta``,
+    ``l = log(1 - psi + psi e^-x) = softplus(r - x) - softplus(r)``, whose derivatives in
+    ``eta`` are bounded (they carry ``e^-x`` as ``x`` grows and ``x`` as it shrinks):
+    ``l'' = x W (x V - 1)``, ``l''' = -x W (x^2 V (V - W) - 3 x V + 1)``,
+    ``W = sigmoid(r - x)``, ``V = 1 - W``. Their suprema over ``[lo, hi]`` are enclosed
+    by interval arithmetic (:mod:`~pymc_subsample.kernels.interval`) on sub-intervals of
+    width at most 0.05: an upper bound, not the exact supremum (docs/engine.md,
+    "Zero-inflated Poisson")."""
+
+    name = "zeroinflated_poisson_log"
+    aliases = ("zip", "zeroinflated_poisson", "zero_inflated_poisson")
+    label = "ZeroInflatedPoisson"
+    description = "pm.ZeroInflatedPoisson(psi, mu=pm.math.exp(eta)) with psi fixed"
+    distribution = "MixtureRV"
+    dist_params = ("w", "zero", "count")
+    param_reader = "zero_inflated"
+    component = "PoissonRV"
+    derived_params = ("psi", "mu")
+    link, link_param = "log", "mu"
+    link_hint = "a log link (use mu=pm.math.exp(eta))"
+    fixed_params = ("psi",)
+    selector = ("psi", True)
+    needs_y = True
+    unbounded = ("zero-inflated Poisson with log link: the count rows' derivatives, "
+                 "exp(eta), are unbounded")
+    param_labels = {"psi": "zero-inflation probability psi"}
+
+    def local_sup(self, m, lo, hi, *, y=None, **params):
+        """Region bound: ``exp(hi)`` for count rows, interval enclosures of ``|l^(m)|``
+        for zero rows (class docstring)."""
+        if y is None or params.get("psi") is None:
+            raise TypeError(f"{self.name} needs y and psi.")
+        y = np.asarray(y, dtype=np.float64)
+        r = _logit_psi(params["psi"], self.name)
+        zero = y == 0
+        out = np.exp(hi)
+        if np.any(zero):
+            R = Interval(np.broadcast_to(r, lo.shape))
+            best = np.zeros_like(lo)
+            for a, b in _pieces(lo, hi):
+                part = _zip_zero_partials(m, Interval(a, b), R)[m]
+                best = np.maximum(best, part.abs_sup())
+            out = np.where(zero, best, out)
+        return out
+
+    def row_loglik(self, eta, y, params, derivatives=2):
+        """Count rows: ``l = log psi + y eta - e^eta``, ``l' = y - e^eta``,
+        ``l'' = -e^eta``; zero rows: ``l = softplus(r - x) - softplus(r)``,
+        ``l' = -x W``, ``l'' = x W (x V - 1)`` (class docstring; Cornish et al. 2019,
+        eq. 10)."""
+        r = _logit_psi(params["psi"], self.name)
+        eta = np.asarray(eta, dtype=np.float64)
+        zero = np.asarray(y) == 0
+        with np.errstate(over="ignore"):  # a far point: the test rejects it
+            x = np.exp(eta)
+        x0 = np.exp(np.minimum(eta, _ZI_ETA_MAX))  # zero rows (see _ZI_ETA_MAX)
+        z = r - x0
+        l_zero = np.logaddexp(0.0, z) - np.logaddexp(0.0, r)
+        l_count = log_expit(r) + y * eta - x
+        l0 = np.where(zero, l_zero, l_count)
+        if derivatives == 0:
+            return (l0,)
+        xw = x0 * expit(z)
+        l1 = np.where(zero, -xw, y - x)
+        l2 = np.where(zero, xw * (x0 * expit(-z) - 1.0), -x)
+        return (l0, l1, l2)
+
+
+class ZeroInflatedPoissonLogit(GLMFamily):
+    """Zero-inflated Poisson with a log link and ``psi`` a free variable in (0, 1),
+    sampled on the logit scale (PyMC's default for ``pm.Beta``, ``pm.Uniform(0, 1)``):
+    rows of ``(eta, r = logit psi)``, both affine in the step's variables. The partials
+    over a box of ``(eta, r)`` are :func:`_zip_count_partials` (``y > 0``) and
+    :func:`_zip_zero_partials` (``y = 0``); none is bounded in ``eta`` alone for count
+    rows, so region bounds (the path bound) are needed."""
+
+    name = "zeroinflated_poisson_logit"
+    label = "ZeroInflatedPoisson"
+    description = ("pm.ZeroInflatedPoisson(psi, mu=pm.math.exp(eta)) with psi a free "
+                   "variable in (0, 1) (logit-transformed)")
+    distribution = "MixtureRV"
+    dist_params = ("w", "zero", "count")
+    param_reader = "zero_inflated"
+    component = "PoissonRV"
+    derived_params = ("psi", "mu")
+    link, link_param = "log", "mu"
+    link_hint = "a log link (use mu=pm.math.exp(eta))"
+    scale_param = "psi"
+    scale_transform = "logit"
+    selector = ("psi", False)
+    needs_y = True
+    unbounded = "the count rows' derivatives, exp(eta), are unbounded"
+    param_labels = {"psi": "zero-inflation probability psi"}
+
+    def box_partials(self, m, E, S, y, **params):
+        """Count rows :func:`_zip_count_partials`, zero rows :func:`_zip_zero_partials`
+        (``S``: the interval of ``r = logit psi``)."""
+        y = np.asarray(y, dtype=np.float64)
+        n = np.broadcast(E.lo, S.lo, y).shape
+        E = Interval(np.broadcast_to(E.lo, n), np.broadcast_to(E.hi, n))
+        S = Interval(np.broadcast_to(S.lo, n), np.broadcast_to(S.hi, n))
+        zero = y == 0
+        count = _zip_count_partials(m, E, S)
+        if not np.any(zero):
+            return count
+        return [_rows_where(zero, a, b) for a, b in zip(_zip_zero_partials(m, E, S), count)]
+
+
+for _family in (ZeroInflatedPoissonLog, ZeroInflatedPoissonLogit):
+    register(_family)
+del _family
+
+
+# ------------------------------------------------------------- censored Normal rows
+#: below this ``t`` the closed forms of ``g''`` and ``g'''`` (``g = log Phi``) lose digits
+#: to cancellation (``t + lambda`` is small): they are bounded by their value here instead
+_LOGPHI_TAIL = -8.0
+
+
+def _logphi_enclosure(k, tl, th):
+    """An enclosure ``[lo, hi]`` (per row) of ``g^(k)`` over ``t in [tl, th]``,
+    ``g = log Phi``, ``k`` in {1, 2, 3}, from the shapes of these functions (the
+    :class:`BernoulliProbit` docstring; checked on dense grids in the tests):
+    ``g' = lambda > 0`` decreases; ``g'' = -lambda (t + lambda)`` increases from -1 to 0;
+    ``g''' > 0`` rises up to ``t* =`` :data:`PROBIT_PEAK3` and falls after it. Below
+    :data:`_LOGPHI_TAIL` the monotone ends are read at the tail point (``g''`` is then
+    enclosed by ``[-1, g''(-8)]``, ``g'''`` by ``[0, g'''(-8)]``); every end is widened by
+    a relative margin covering the rounding of the closed forms."""
+    tl = np.asarray(tl, dtype=np.float64)
+    th = np.asarray(th, dtype=np.float64)
+    if k == 1:
+        # lambda = exp(-t^2/2 - log sqrt(2 pi) - log Phi(t)): the exponent's rounding grows
+        # with t^2 in the left tail
+        lo = probit_lambda(th) * (1.0 - 1e-10 - 1e-15 * th * th)
+        hi = probit_lambda(tl) * (1.0 + 1e-10 + 1e-15 * tl * tl)
+        return np.maximum(lo, 0.0), hi
+    tail = _LOGPHI_TAIL
+    if k == 2:
+        lo = np.where(tl < tail, -1.0,
+                      -_probit_derivatives(np.maximum(tl, tail))[0] * (1.0 + 1e-9))
+        hi = -_probit_derivatives(np.maximum(th, tail))[0] * (1.0 - 1e-9)
+        return np.maximum(lo, -1.0), np.minimum(hi, 0.0)
+
+    def up(t):
+        return _probit_derivatives(np.maximum(t, tail))[1] * (1.0 + 1e-8)
+
+    def down(t):
+        return np.where(t < tail, 0.0,
+                        _probit_derivatives(np.maximum(t, tail))[1] * (1.0 - 1e-8))
+
+    peak = (tl <= PROBIT_PEAK3) & (PROBIT_PEAK3 <= th)
+    hi = np.where(peak, _PROBIT_SUP3, np.maximum(up(tl), up(th)))
+    lo = np.maximum(np.minimum(down(tl), down(th)), 0.0)
+    return lo, hi
+
+
+def _censored_rows(y, lower, upper, shape):
+    """``(at_lower, at_upper, c)`` per row: whether the row is censored at its lower bound
+    (``y <= lower``, PyMC's rule, the lower bound first) or at its upper bound
+    (``y >= upper``), and the bound it is censored at (0 for the other rows)."""
+    if y is None:
+        raise TypeError("censored rows need y (the responses), to tell which rows are "
+                        "censored.")
+    y = np.broadcast_to(np.asarray(y, dtype=np.float64), shape)
+    lower = np.broadcast_to(np.asarray(-np.inf if lower is None else lower,
+                                       dtype=np.float64), shape)
+    upper = np.broadcast_to(np.asarray(np.inf if upper is None else upper,
+                                       dtype=np.float64), shape)
+    at_lower = np.isfinite(lower) & (y <= lower)
+    at_upper = ~at_lower & np.isfinite(upper) & (y >= upper)
+    c = np.where(at_lower, lower, np.where(at_upper, upper, 0.0))
+    return at_lower, at_upper, c
+
+
+class CensoredNormal(_FixedScale):
+    """Censored Normal regression with fixed ``sigma > 0``:
+    ``pm.Censored(pm.Normal.dist(mu=eta, sigma), lower, upper)``, bounds fixed (numbers
+    or one per row; either may be None or infinite). With ``g = log Phi`` and
+    ``lambda = g' = phi / Phi``, a row's ``U_i = -l_i`` is
+
+    * uncensored (``lower < y < upper``): ``(y - eta)^2 / (2 sigma^2)``, so
+      ``|f''| = 1 / sigma^2`` and ``f''' = 0``;
+    * censored at the lower bound (``y = lower``): ``-g(t)``, ``t = (lower - eta) / sigma``;
+    * censored at the upper bound (``y = upper``): ``-g(t)``, ``t = (eta - upper) / sigma``
+      (``1 - Phi(-t) = Phi(t)``).
+
+    For a censored row ``|f^(m)(eta)| = |g^(m)(t)| / sigma^m``, and from the probit family
+    (:class:`BernoulliProbit`) ``|g''| < 1`` and ``0 < g''' <= g'''(t*) ~= 0.2957188``:
+
+        sup |f''| = 1 / sigma^2,    sup |f'''| = 0.2957188 / sigma^3
+
+    over the whole line and every row (Cornish et al. 2019, eq. 12; ``f''' = 0`` when no
+    row can be censored). Over an interval of ``eta`` (:meth:`local_sup`) each row takes
+    the supremum of its own type: ``|g''|`` decreases in ``t`` and ``g'''`` has one peak."""
+
+    name = "censored_normal"
+    aliases = ("censored",)
+    label = "Censored Normal"
+    description = ("pm.Censored(pm.Normal.dist(mu=eta, sigma), lower, upper) with sigma, "
+                   "lower and upper fixed")
+    distribution = "CensoredRV"
+    dist_params = ("dist", "lower", "upper")
+    param_reader = "censored"
+    component = "NormalRV"
+    derived_params = ("mu", "sigma")
+    link, link_param = "identity", "mu"
+    link_hint = "a Normal distribution inside (pm.Censored(pm.Normal.dist(mu=eta, sigma), ...))"
+    fixed_params = ("sigma", "lower", "upper")
+    needs_y = True
+    param_labels = {"sigma": "scale sigma", "lower": "lower bound", "upper": "upper bound"}
+
+    def sup_derivative(self, m, **params):
+        """Cornish et al. (2019), eq. 12: class docstring (the largest over the row types:
+        the responses are not read here)."""
+        sigma = _positive("sigma", params["sigma"], self.name)
+        if m == 2:
+            return 1.0 / (sigma * sigma)
+        lower = np.asarray(params.get("lower", -np.inf), dtype=np.float64)
+        upper = np.asarray(params.get("upper", np.inf), dtype=np.float64)
+        if np.all(np.isneginf(lower)) and np.all(np.isposinf(upper)):
+            return 0.0  # no row can be censored: a Normal likelihood
+        return _PROBIT_SUP3 / sigma**3
+
+    def local_sup(self, m, lo, hi, *, y=None, sigma=None, lower=None, upper=None,
+                  **params):
+        """Region bound, per row type (class docstring): ``t`` runs over
+        ``[(lower - hi), (lower - lo)] / sigma`` (censored below) or
+        ``[(lo - upper), (hi - upper)] / sigma`` (censored above); the supremum of
+        ``|g''|`` is at the interval's left end, that of ``g'''`` at ``t*`` if inside, else
+        at an end (:func:`_logphi_enclosure`)."""
+        if sigma is None:
+            raise TypeError("censored_normal needs sigma.")
+        lo = np.asarray(lo, dtype=np.float64)
+        hi = np.asarray(hi, dtype=np.float64)
+        at_lower, at_upper, c = _censored_rows(y, lower, upper, lo.shape)
+        sig = np.broadcast_to(np.asarray(sigma, dtype=np.float64), lo.shape)
+        cens = at_lower | at_upper
+        tl = np.where(at_lower, c - hi, np.where(at_upper, lo - c, 0.0)) / sig
+        th = np.where(at_lower, c - lo, np.where(at_upper, hi - c, 0.0)) / sig
+        # the rounding of the differences and the division: a relative widening
+        tl = tl - 1e-12 * (1.0 + np.abs(tl))
+        th = th + 1e-12 * (1.0 + np.abs(th))
+        g_lo, g_hi = _logphi_enclosure(m, tl, th)
+        if m == 2:
+            val = np.where(cens, -g_lo, 1.0)  # g'' < 0: |g''| largest at the low end
+        else:
+            val = np.where(cens, g_hi, 0.0)
+        return val / sig**m
+
+    def row_loglik(self, eta, y, params, derivatives=2):
+        """Uncensored rows: ``l = -r^2 / (2 sigma^2)``, ``l' = r / sigma^2``,
+        ``l'' = -1 / sigma^2`` (``r = y - eta``); censored rows: ``l = log Phi(t)``,
+        ``l' = -+lambda(t) / sigma``, ``l'' = -lambda (t + lambda) / sigma^2``
+        (``t = (lower - eta) / sigma`` or ``(eta - upper) / sigma``; Cornish et al. 2019,
+        eq. 10)."""
+        eta = np.asarray(eta, dtype=np.float64)
+        y = np.asarray(y, dtype=np.float64)
+        shape = np.broadcast(eta, y).shape
+        sigma = np.asarray(params["sigma"], dtype=np.float64)
+        at_lower, at_upper, c = _censored_rows(y, params.get("lower"), params.get("upper"),
+                                               shape)
+        cens = at_lower | at_upper
+        sgn = np.where(at_lower, -1.0, 1.0)
+        r = y - eta
+        t = np.where(cens, sgn * (eta - c) / sigma, 0.0)
+        l0 = np.where(cens, log_ndtr(t), -0.5 * r * r / sigma**2)
+        if derivatives == 0:
+            return (l0,)
+        lam = probit_lambda(t)
+        l1 = np.where(cens, sgn * lam / sigma, r / sigma**2)
+        l2 = np.where(cens, -lam * (t + lam), -1.0) / sigma**2
+        return (l0, l1, l2)
+
+
+def _censored_partials(m, T, es):
+    """Partials of a censored row ``l = g(T)``, ``g = log Phi``, in ``(eta, s)``:
+    ``T = (lower - eta) e^-s`` (censored below) or ``(eta - upper) e^-s`` (above), so
+    ``dT/d eta = -+e^-s``, ``dT/ds = -T``; with ``G_k = g^(k)(T)`` and up to signs (only
+    their absolute values are used):
+
+    * m = 2: ``l_ss = T (G1 + T G2)``, ``l_es = e^-s (G1 + T G2)``, ``l_ee = e^-2s G2``;
+    * m = 3: ``l_sss = -T K``, ``l_ess = e^-s K``, ``l_ees = -e^-2s (2 G2 + T G3)``,
+      ``l_eee = e^-3s G3``, ``K = G1 + 3 T G2 + T^2 G3``,
+
+    in the order ``d^m / d eta^j d s^(m-j)``, ``j = 0..m``. ``T`` and ``es = e^-s`` are
+    intervals; ``G_k`` are enclosed over ``T`` by :func:`_logphi_enclosure`."""
+    G1, G2, G3 = (Interval(*_logphi_enclosure(k, T.lo, T.hi)) for k in (1, 2, 3))
+    if m == 2:
+        B = G1 + T * G2
+        return [T * B, es * B, es**2 * G2]
+    K = G1 + 3.0 * (T * G2) + T**2 * G3
+    return [T * K, es * K, es**2 * (2.0 * G2 + T * G3), es**3 * G3]
+
+
+class CensoredNormalScale(GLMFamily):
+    """Censored Normal regression with a sampled scale: ``mu = eta``, ``sigma = e^s``,
+    bounds fixed. Uncensored rows are :class:`NormalScale`'s; censored rows are
+    ``l = log Phi(T)`` (:func:`_censored_partials`). Their control variates stay in the
+    step's space (no :meth:`standard_logpdf`: a censored row is not ``-s + H(t)``)."""
+
+    name = "censored_normal_scale"
+    label = "Censored Normal"
+    description = ("pm.Censored(pm.Normal.dist(mu=eta, sigma), lower, upper) with lower and "
+                   "upper fixed and sigma a positive free variable")
+    distribution = "CensoredRV"
+    dist_params = ("dist", "lower", "upper")
+    param_reader = "censored"
+    component = "NormalRV"
+    derived_params = ("mu", "sigma")
+    link, link_param = "identity", "mu"
+    link_hint = CensoredNormal.link_hint
+    fixed_params = ("lower", "upper")
+    scale_param = "sigma"
+    selector = ("sigma", False)
+    needs_y = True
+    unbounded = "the derivatives in the log scale are unbounded"
+    param_labels = CensoredNormal.param_labels
+
+    def box_partials(self, m, E, S, y, lower=None, upper=None, **params):
+        """Uncensored rows: :func:`_location_scale` (Normal); censored rows:
+        :func:`_censored_partials`."""
+        y = np.asarray(y, dtype=np.float64)
+        n = np.broadcast(E.lo, S.lo, y).shape
+        E = Interval(np.broadcast_to(E.lo, n), np.broadcast_to(E.hi, n))
+        S = Interval(np.broadcast_to(S.lo, n), np.broadcast_to(S.hi, n))
+        normal = _location_scale(m, E, S, y, None)
+        at_lower, at_upper, c = _censored_rows(y, lower, upper, n)
+        cens = at_lower | at_upper
+        if not np.any(cens):
+            return normal
+        below, above = c - E, E - c  # T e^s for rows censored below / above
+        D = Interval(np.where(at_lower, below.lo, np.where(at_upper, above.lo, 0.0)),
+                     np.where(at_lower, below.hi, np.where(at_upper, above.hi, 0.0)))
+        es = (-S).exp()
+        parts = _censored_partials(m, D * es, es)
+        return [Interval(np.where(cens, p.lo, q.lo), np.where(cens, p.hi, q.hi))
+                for p, q in zip(parts, normal)]
+
+
+for _family in (CensoredNormal, CensoredNormalScale):
+    register(_family)
+del _family
+
+
+# ------------------------------------------------- zero-inflated NegativeBinomial
+def _zi_zero_partials(m, R, Z, g):
+    """Enclosures of the m-th partials of a zero row ``l = softplus(z) - softplus(r)``,
+    ``z = r + g(eta)`` (``g = log p(0 | eta)`` of the count distribution), from the
+    intervals of ``r``, ``z`` and ``g = [g', g'', g''']``, in the order
+    ``d^m l / d eta^j d r^(m-j)``, ``j = 0..m``. With ``W = sigmoid(z)``, ``V = 1 - W``,
+    ``P = sigmoid(r)``, ``Q = 1 - P``:
+
+    * m = 2: ``l_rr = W V - P Q``, ``l_er = W V g'``, ``l_ee = W V g'^2 + W g''``;
+    * m = 3: ``l_rrr = W V (V - W) - P Q (Q - P)``, ``l_err = W V (V - W) g'``,
+      ``l_eer = W V (V - W) g'^2 + W V g''``,
+      ``l_eee = W V (V - W) g'^3 + 3 W V g' g'' + W g'''``
+
+    (the Poisson's ``g = -e^eta`` gives :func:`_zip_zero_partials`).
+    """
+    W, V = Z.expit(), (-Z).expit()
+    P, Q = R.expit(), (-R).expit()
+    WV = W * V
+    g1, g2 = g[0], g[1]
+    if m == 2:
+        return [WV - P * Q, WV * g1, WV * g1**2 + W * g2]
+    S3 = WV * (V - W)
+    return [S3 - P * Q * (Q - P), S3 * g1, S3 * g1**2 + WV * g2,
+            S3 * g1**3 + 3.0 * (WV * (g1 * g2)) + W * g[2]]
+
+
+def _nb_zero_log_p0(E, alpha):
+    """``g = log p(0) = -a softplus(eta - log a)`` of a NegativeBinomial with mean
+    ``e^eta`` and fixed shape ``a``, and ``[g', g'', g''']`` (intervals):
+    ``g' = -a p``, ``g'' = -a p q``, ``g''' = -a p q (q - p)``,
+    ``p = sigmoid(eta - log a)``, ``q = 1 - p``."""
+    a = np.asarray(alpha, dtype=np.float64)
+    T = E - np.log(a)
+    p, q = T.expit(), (-T).expit()
+    g = a * (-T).log_expit()  # -a softplus(T) = a log sigmoid(-T)
+    pq = p * q
+    return g, [-(a * p), -(a * pq), -(a * (pq * (q - p)))]
+
+
+def _nb_count_partials(m, E, R, y, alpha):
+    """The m-th partials of a count row (``y > 0``) of the zero-inflated NegativeBinomial
+    with fixed shape ``a``, ``l = log sigmoid(r) + y eta - (y + a) log(a + e^eta) + c``:
+    ``l_ee = -(y + a) p q``, ``l_eee = -(y + a) p q (q - p)``, the mixed ones 0,
+    ``l_rr = -P Q``, ``l_rrr = -P Q (Q - P)``."""
+    a = np.asarray(alpha, dtype=np.float64)
+    T = E - np.log(a)
+    p, q = T.expit(), (-T).expit()
+    P, Q = R.expit(), (-R).expit()
+    ya = y + a
+    zero = Interval(np.zeros(np.broadcast(E.lo, R.lo).shape))
+    if m == 2:
+        return [-(P * Q), zero, -(ya * (p * q))]
+    return [-(P * Q * (Q - P)), zero, zero, -(ya * (p * q * (q - p)))]
+
+
+def _zinb_partials(m, E, R, y, alpha):
+    """All rows' m-th partials in ``(eta, r)`` (zero rows :func:`_zi_zero_partials`,
+    count rows :func:`_nb_count_partials`)."""
+    y = np.asarray(y, dtype=np.float64)
+    n = np.broadcast(E.lo, R.lo, y).shape
+    E = Interval(np.broadcast_to(E.lo, n), np.broadcast_to(E.hi, n))
+    R = Interval(np.broadcast_to(R.lo, n), np.broadcast_to(R.hi, n))
+    count = _nb_count_partials(m, E, R, y, alpha)
+    zero = y == 0
+    if not np.any(zero):
+        return count
+    g, dg = _nb_zero_log_p0(E, alpha)
+    parts = _zi_zero_partials(m, R, R + g, dg)
+    return [_rows_where(zero, a, b) for a, b in zip(parts, count)]
+
+
+def _positive_alpha(params, family):
+    alpha = params.get("n")
+    if alpha is None:
+        raise TypeError(f"{family} needs alpha (the NegativeBinomial's n).")
+    alpha = np.asarray(alpha, dtype=np.float64)
+    if not np.all((alpha > 0) & np.isfinite(alpha)):
+        raise ValueError(f"{family}: alpha must be finite and > 0.")
+    return alpha
+
+
+class ZeroInflatedNegBinomialLog(GLMFamily):
+    """Zero-inflated NegativeBinomial with a log link, ``psi`` in (0, 1) and shape
+    ``alpha`` fixed: ``p(0) = 1 - psi + psi (a / (a + mu))^a``, ``p(y) = psi NB(y | mu, a)``
+    for ``y > 0``, ``mu = e^eta``. Count rows: ``f'' = (y + a) p q``,
+    ``f''' = (y + a) p q (q - p)`` with ``p = sigmoid(eta - log a)`` (bounded, as the
+    NegativeBinomial with fixed shape); zero rows: :func:`_zi_zero_partials` with
+    ``g = -a softplus(eta - log a)``, bounded too. Suprema over an interval by interval
+    arithmetic on sub-intervals (as :class:`ZeroInflatedPoissonLog`)."""
+
+    name = "zeroinflated_negbinomial_log"
+    aliases = ("zinb",)
+    label = "ZeroInflatedNegativeBinomial"
+    description = ("pm.ZeroInflatedNegativeBinomial(psi, mu=pm.math.exp(eta), alpha) with "
+                   "psi and alpha fixed")
+    distribution = "MixtureRV"
+    dist_params = ("w", "zero", "count")
+    param_reader = "zero_inflated"
+    component = "NegBinomialRV"
+    derived_params = ("psi", "n", "p")
+    link = "log_mean_negbinomial"
+    link_hint = "a log link (use mu=pm.math.exp(eta))"
+    fixed_params = ("psi", "n")
+    selector = ("psi", True)
+    needs_y = True
+    unbounded = "region bounds only (the suprema are taken over intervals)"
+    param_labels = {"psi": "zero-inflation probability psi", "n": "shape alpha"}
+
+    def local_sup(self, m, lo, hi, *, y=None, **params):
+        """Region bound: interval enclosures of ``|l^(m)|`` over sub-intervals."""
+        if y is None or params.get("psi") is None:
+            raise TypeError(f"{self.name} needs y and psi.")
+        alpha = _positive_alpha(params, self.name)
+        r = _logit_psi(params["psi"], self.name)
+        R = Interval(np.broadcast_to(r, lo.shape))
+        best = np.zeros_like(lo)
+        for a, b in _pieces(lo, hi):
+            part = _zinb_partials(m, Interval(a, b), R, y, alpha)[m]
+            best = np.maximum(best, part.abs_sup())
+        return best
+
+    def row_loglik(self, eta, y, params, derivatives=2):
+        """Count rows: ``l = log psi + y eta - (y + a) log(a + e^eta)``,
+        ``l' = y - (y + a) p``, ``l'' = -(y + a) p q``; zero rows:
+        ``l = softplus(r + g) - softplus(r)``, ``l' = W g'``, ``l'' = W V g'^2 + W g''``
+        (up to constants per row; Cornish et al. 2019, eq. 10)."""
+        a = float(np.ravel(_positive_alpha(params, self.name))[0])
+        r = _logit_psi(params["psi"], self.name)
+        eta = np.asarray(eta, dtype=np.float64)
+        y = np.asarray(y, dtype=np.float64)
+        zero = y == 0
+        t = eta - math.log(a)
+        sp = np.logaddexp(0.0, t)  # softplus(t) = log(1 + mu / a)
+        z = r - a * sp
+        l_zero = np.logaddexp(0.0, z) - np.logaddexp(0.0, r)
+        l_count = log_expit(r) + y * eta - (y + a) * (math.log(a) + sp)
+        l0 = np.where(zero, l_zero, l_count)
+        if derivatives == 0:
+            return (l0,)
+        p, q = expit(t), expit(-t)
+        w, v = expit(z), expit(-z)
+        g1, g2 = -a * p, -a * p * q
+        l1 = np.where(zero, w * g1, y - (y + a) * p)
+        l2 = np.where(zero, w * v * g1 * g1 + w * g2, -(y + a) * p * q)
+        return (l0, l1, l2)
+
+
+class ZeroInflatedNegBinomialLogit(GLMFamily):
+    """Zero-inflated NegativeBinomial with a log link, fixed shape ``alpha`` and ``psi`` a
+    free variable in (0, 1) sampled on the logit scale: rows of ``(eta, r = logit psi)``
+    with the partials of :func:`_zinb_partials`."""
+
+    name = "zeroinflated_negbinomial_logit"
+    label = "ZeroInflatedNegativeBinomial"
+    description = ("pm.ZeroInflatedNegativeBinomial(psi, mu=pm.math.exp(eta), alpha) with "
+                   "alpha fixed and psi a free variable in (0, 1) (logit-transformed)")
+    distribution = "MixtureRV"
+    dist_params = ("w", "zero", "count")
+    param_reader = "zero_inflated"
+    component = "NegBinomialRV"
+    derived_params = ("psi", "n", "p")
+    link = "log_mean_negbinomial"
+    link_hint = "a log link (use mu=pm.math.exp(eta))"
+    fixed_params = ("n",)
+    scale_param = "psi"
+    scale_transform = "logit"
+    selector = ("psi", False)
+    needs_y = True
+    unbounded = "the derivatives in logit psi need region bounds"
+    param_labels = {"psi": "zero-inflation probability psi", "n": "shape alpha"}
+
+    def box_partials(self, m, E, S, y, **params):
+        """:func:`_zinb_partials` (``S``: the interval of ``r = logit psi``)."""
+        return _zinb_partials(m, E, S, y, _positive_alpha(params, self.name))
+
+
+for _family in (ZeroInflatedNegBinomialLog, ZeroInflatedNegBinomialLogit):
     register(_family)
 del _family

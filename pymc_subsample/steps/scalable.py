@@ -11,10 +11,10 @@ import math
 import numpy as np
 
 from ..center import inverse_pd
-from ..engine.glm import detect_glm
+from ..engine.glm import detect_glms
 from ..engine.predictor import affine_likelihood
 from ..kernels.control_variates import PredictorTaylorControlVariate, TaylorControlVariate
-from ..kernels.families import supported_text
+from ..kernels.families import FAMILIES_DOC
 from ..kernels._validation import check_choice, check_int, check_positive
 from ..kernels.smh import smh_test
 from . import setup
@@ -86,7 +86,9 @@ class ScalableMH(MHStep):
     bounds : "auto", callable or array, default "auto"
         Per-row constants ``psi_i`` bounding the (k+1)-th derivatives of
         ``-log p(x_i | q)``. ``"auto"`` recognises GLMs (see
-        :data:`pymc_subsample.engine.glm.SUPPORTED_TEXT`); a callable ``bounds(order)`` or an
+        the families listed in ``docs/families.md``; with several observed variables
+        sharing the rows, each recognised, a row's constant is the sum of theirs, taken
+        in ``q``); a callable ``bounds(order)`` or an
         array of length ``N`` gives them for any other model. A drawn row that breaks its
         bound raises :class:`~pymc_subsample.kernels.thinning.BoundViolationError`.
     bound_form : {"whitened", "cornish"}, optional
@@ -154,9 +156,9 @@ class ScalableMH(MHStep):
         **setting_stats(SETTINGS),
     }
     PROGRESS_COLUMNS = (
-        ("data_used", "pms_rows", "Rows/draw", "{:,.2f}"),
-        ("accepted", "pms_accept", "Accept", "{:.2f}"),
-        ("fallback", "pms_fallback", "Fallback", "{:.3f}"),
+        ("data_used", "pms_rows", "Rows", "{:.2f}"),
+        ("accepted", "pms_accept", "Acc", "{:.2f}"),
+        ("fallback", "pms_fallback", "Fallbk", "{:.3f}"),
     )
 
     def __init__(
@@ -239,7 +241,11 @@ class ScalableMH(MHStep):
             "steps).")
         if msg:
             raise ValueError(msg)
-        self._glm_spec = self._check_bounds_arg()
+        #: the recognised GLM of each observed variable (None: user bounds); with several
+        #: (sharing the rows) the bounds are the sums of theirs, in q (``q_bounds``)
+        self._glm_specs = self._check_bounds_arg()
+        several = self._glm_specs is not None and len(self._glm_specs) > 1
+        self._glm_spec = None if self._glm_specs is None or several else self._glm_specs[0]
         whitened = self.bound_form == "whitened"
         # an ordinary GLM: the mode search's passes use the predictor coordinates' NumPy
         # row terms instead of compiling the engine's Hessian graph
@@ -265,7 +271,10 @@ class ScalableMH(MHStep):
         self.theta_hat = self.center.theta
         gauss_mean, cov = self.center.laplace()
         self._set_laplace(gauss_mean, cov)
-        vmap = bound_coordinates(eng, self._glm_spec, self.theta_hat, affine_map, whitened)
+        # several observed variables: the predictor coordinates are per variable, so the
+        # bounds and control variates stay in q (the engine's row terms sum the variables)
+        vmap = None if several else bound_coordinates(eng, self._glm_spec, self.theta_hat,
+                                                      affine_map, whitened)
         if vmap is not None:
             if vmap is affine_map and rider_done is not None:
                 proxy, self.bounds = rider_done.finish()
@@ -275,7 +284,8 @@ class ScalableMH(MHStep):
             self.control = PredictorTaylorControlVariate(vmap, proxy)
             self._curved = not vmap.v_is_affine(self.theta_hat)
         else:
-            self.bounds = q_bounds(eng, self._glm_spec, self._bounds_arg, self.bound_form,
+            self.bounds = q_bounds(eng, self._glm_specs if several else self._glm_spec,
+                                   self._bounds_arg, self.bound_form,
                                    self.order, self.theta_hat, self._laplace_chol,
                                    self._region_arg)
             self.control = TaylorControlVariate(eng, self.center.proxy(self.order))
@@ -296,15 +306,18 @@ class ScalableMH(MHStep):
             self.engine.compile("ll_diff")
 
     def _check_bounds_arg(self):
-        """Validate ``bounds=`` early; for ``"auto"`` recognise the GLM (or raise)."""
+        """Validate ``bounds=`` early; for ``"auto"`` recognise the GLM of every observed
+        variable (a list of specs, or raise); None for user bounds."""
         bounds = self._bounds_arg
         if isinstance(bounds, str):
             if bounds != "auto":
                 raise ValueError(
-                    f"bounds must be 'auto', a callable or an array. {supported_text()}")
-            return detect_glm(self.engine.model)
+                    f"ScalableMH: bounds must be 'auto', a callable or an array, got "
+                    f"{bounds[:40]!r}; see {FAMILIES_DOC}.")
+            return detect_glms(self.engine.model)
         if bounds is None:
-            raise ValueError(f"ScalableMH needs bound constants. {supported_text()}")
+            raise ValueError("ScalableMH needs bound constants: bounds='auto', a callable "
+                             f"or an array; see {FAMILIES_DOC}.")
         return None
 
     # ------------------------------------------------------------------ control variates

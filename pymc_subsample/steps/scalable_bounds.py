@@ -24,11 +24,12 @@ from ..engine.predictor import covered_predictor_map
 from ..kernels.inverse_cdf import InverseCDFTable
 from ..kernels.bounds import UpperBounds
 from ..kernels.control_variates import TaylorProxy
-from ..kernels.families import supported_text
+from ..kernels.families import auto_refusal
 from ..kernels.phi import region_phi, taylor_phi
 from ..kernels.predictor import whitening
 
-__all__ = ["Bounds", "BoundsRider", "bound_coordinates", "check_bound_args", "predictor_bounds", "q_bounds"]
+__all__ = ["Bounds", "BoundsRider", "bound_coordinates", "check_bound_args", "predictor_bounds",
+           "q_bounds", "summed_glm_psi"]
 
 
 @dataclass
@@ -157,11 +158,10 @@ def bound_coordinates(engine, spec, q_hat, affine_map, whitened: bool):
                 f"ScalableMH: the linear predictor of observed '{spec.observed}' is not "
                 "affine in the step's unconstrained variables; its bounds are taken in "
                 "the predictor's own coordinates, which needs bound_form='whitened'.")
-        raise ValueError(
-            f"ScalableMH bounds='auto': the linear predictor of observed '{spec.observed}' "
-            "is affine neither in the step's unconstrained variables nor in its data-free "
-            "parameter expressions (e.g. a product of two sampled coefficients inside a "
-            "row term). " + supported_text())
+        raise ValueError(auto_refusal(
+            f"the linear predictor of observed '{spec.observed}' is affine neither in the "
+            "sampled variables nor in data-free expressions of them (e.g. exp(b * x) or "
+            "(X @ b)**2)."))
     return vmap
 
 
@@ -230,14 +230,20 @@ def predictor_bounds(vmap, spec, order, theta_hat, cov, region_arg):
 
 def q_bounds(engine, spec, bounds_arg, form, order, theta_hat, chol, region_arg):
     """The bounds in the step's space ``q``: the GLM's constants (``bounds="auto"``),
-    or the user's (a callable ``bounds(order)`` or an array)."""
+    or the user's (a callable ``bounds(order)`` or an array).
+
+    ``spec``: a :class:`~pymc_subsample.engine.glm.GLMSpec`, a list of them (several
+    observed variables sharing the rows: :func:`summed_glm_psi`), or None (user bounds).
+    """
+    specs = None if spec is None else (list(spec) if isinstance(spec, (list, tuple))
+                                       else [spec])
     whiten_inv = region = None
     if form == "whitened":
         whiten_inv = sla.solve_triangular(chol, np.eye(chol.shape[0]), lower=True)
         region = region_radius(region_arg, chol.shape[0])
     if isinstance(bounds_arg, str):
-        psi = glm_psi(engine, spec, order, theta_hat,
-                      whiten=chol if form == "whitened" else None, radius=region)
+        psi = summed_glm_psi(engine, specs, order, theta_hat,
+                             whiten=chol if form == "whitened" else None, radius=region)
     elif callable(bounds_arg):
         psi = np.asarray(bounds_arg(order), dtype=np.float64)
     else:
@@ -247,4 +253,35 @@ def q_bounds(engine, spec, bounds_arg, form, order, theta_hat, chol, region_arg)
             f"ScalableMH: the bound constants must be {engine.n_rows} finite values >= 0, "
             f"got shape {psi.shape}.")
     return Bounds(psi, form, order, whiten_inv, region,
-                  path=spec is not None and spec.two_param)
+                  path=specs is not None and any(sp.two_param for sp in specs))
+
+
+def summed_glm_psi(engine, specs, order, theta_hat, *, whiten=None, radius=None):
+    """Row constants of several observed variables that share the rows: the sum over
+    variables of each one's :func:`~pymc_subsample.engine.glm.glm_psi`.
+
+    Row ``i``'s term is ``U_i = sum_v U_i^(v)`` (the engine sums the observed terms row
+    by row), so each (k+1)-th partial derivative of ``U_i``, and each (k+1)-th
+    derivative form in whitened coordinates, is bounded by the sum of the variables'
+    bounds over the same region: Cornish et al. (2019), "Scalable Metropolis-Hastings
+    for exact Bayesian inference with large datasets", eq. 12 holds for the sum. A row
+    ``f(eta_i)`` of one linear predictor has ``psi_i = sup |f^(k+1)| ||J_i L||^(k+1)``,
+    which also bounds its derivative form ``|D^(k+1) U_i[v, ..., v]| / ||v||^(k+1)``, the
+    constant of the path step factor (:func:`~pymc_subsample.kernels.phi.path_phi`): so
+    one-parameter and two-parameter variables may be mixed, under the path factor
+    (:class:`Bounds` ``path``). Each variable's pass reads the data once.
+
+    Returns
+    -------
+    ndarray of float32 (rounded up), shape (N,)
+    """
+    if len(specs) == 1:
+        return glm_psi(engine, specs[0], order, theta_hat, whiten=whiten, radius=radius)
+    total = np.zeros(engine.n_rows, dtype=np.float64)
+    for spec in specs:
+        total += glm_psi(engine, spec, order, theta_hat, whiten=whiten, radius=radius)
+    # float64 sums of float32 terms: one step up covers the sum's rounding; the store
+    # rounds up again to float32
+    out = UpperBounds(engine.n_rows)
+    out.put(0, engine.n_rows, np.nextafter(total, np.inf))
+    return out.values

@@ -88,7 +88,8 @@ class SGLD(SubsampleStep):
         - ``"is_saga"``: importance sampling and SAGA together (El hanchi Sec. 4.3, 5.2.2).
     batch_size : int, default 100
         Rows per transition (``m``); ``>= N`` reads all rows (exact gradients: unadjusted
-        Langevin).
+        Langevin). A draw reads ``steps_per_draw x batch_size`` rows: 1,000 with the
+        defaults (10 transitions of 100 rows), the ``data_used`` stat.
     step_size : float, optional
         ``h``. With the default preconditioner it is in units of the Laplace covariance;
         default 0.2. With ``precondition=False`` it is in the units of the unconstrained
@@ -112,7 +113,8 @@ class SGLD(SubsampleStep):
     steps_per_draw : int, optional
         Transitions per PyMC draw (the draw keeps the last). Default 10 with the default
         preconditioned step size (about two autocorrelation times of a Gaussian
-        posterior: ``(1 - h/2)^10 = 0.35``), else 1.
+        posterior: ``(1 - h/2)^10 = 0.35``), else 1. Each transition reads
+        ``batch_size`` rows, so a draw reads ``steps_per_draw x batch_size``.
     defensive : float, default 0.1
         Uniform share of the importance-sampling distribution (``"is"``, ``"is_saga"``).
     max_memory : float, optional
@@ -167,7 +169,8 @@ class SGLD(SubsampleStep):
 
     Sample stats per draw: ``accepted`` and ``accept`` (1.0: every move is kept; 0.0 for a
     transition that stayed because it diverged), ``diverging`` (a transition of the draw
-    diverged), ``data_used`` (rows read, summed over the draw's transitions),
+    diverged), ``data_used`` (rows read by the draw: transitions per draw x batch size,
+    ``steps_per_draw x batch_size``, 10 x 100 = 1,000 with the defaults),
     ``n_batches``, ``step_size`` (the largest ``h`` of the draw's transitions;
     ``scaling``: the next transition's), ``noise_ratio`` (the largest of the draw's
     transitions; NaN when all of them diverged) and ``warning``; settings
@@ -185,9 +188,10 @@ class SGLD(SubsampleStep):
         "diverging": (bool, []),
         **setting_stats(SETTINGS),
     }
+    #: the noise ratio first: rows per draw are steps_per_draw x batch_size, constant
     PROGRESS_COLUMNS = (
-        ("data_used", "pms_rows", "Rows/draw", "{:,.0f}"),
-        ("noise_ratio", "pms_noise", "Noise ratio", "{:.3f}"),
+        ("noise_ratio", "pms_noise", "Noise", "{:.3f}"),
+        ("data_used", "pms_rows", "Rows", "{:.0f}"),
     )
     #: default ``h`` in the Laplace covariance's units
     DEFAULT_STEP = 0.2
@@ -413,12 +417,34 @@ class SGLD(SubsampleStep):
         chain.noise_sum += ratio
         chain.noise_n += 1
         if chain.noise_n >= 50 and chain.noise_sum > self.NOISE_WARN * chain.noise_n:
+            mean = chain.noise_sum / chain.noise_n
             self.warn_once(
                 "noise",
-                f"the gradient noise adds {100 * chain.noise_sum / chain.noise_n:.0f}% to the "
-                "variance each update injects (mean noise_ratio; Welling & Teh's alpha): the "
-                "draws are more spread than the posterior. Lower step_size, raise "
-                "batch_size, or use gradient='cv'.",
+                f"the gradient noise adds {100 * mean:.0f}% to the variance each update "
+                "injects (mean noise_ratio; Welling & Teh's alpha): the draws are more "
+                f"spread than the posterior. {self._noise_advice(mean, h)}",
                 kind=WarningType.CONVERGENCE,
             )
         return q_new, stats
+
+    def _noise_advice(self, mean: float, h: float) -> str:
+        """What lowers the gradient noise, for the noise warning. The mean
+        ``noise_ratio``, ``alpha = (h / 4) lambda_max(F' Var(g_hat) F)`` (Welling & Teh
+        2011, "Bayesian learning via stochastic gradient Langevin dynamics", Sec. 4), is
+        proportional to the step size ``h`` and, as ``Var(g_hat)`` is to ``1 / m``, to
+        ``1 / batch_size`` where the chain is; so ``h`` or ``batch_size`` changed by the
+        factor ``mean / NOISE_WARN`` brings it to about the threshold (below it with
+        control variates, whose noise also falls as the chain narrows). Taylor control
+        variates (Baker et al. 2019, "Control variates for stochastic gradient MCMC") are
+        suggested only when another estimator is in use: ``'cv'`` is the default."""
+        factor = mean / self.NOISE_WARN
+        m = self.batch_size
+        bigger = min(self.n_rows, math.ceil(m * factor))
+        knobs = (f"Lower step_size (h = {h:.3g} now, e.g. step_size={h / factor:.2g}) or "
+                 f"raise batch_size ({m} now, e.g. batch_size={bigger})")
+        if self.gradient == "minibatch":
+            return (f"{knobs}, or use gradient='cv' (Taylor control variates, the default): "
+                    "the plain minibatch estimate's noise grows with N.")
+        if self.gradient != "cv":
+            return f"{knobs}, or use gradient='cv' (Taylor control variates, the default)."
+        return knobs + "."

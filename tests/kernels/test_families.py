@@ -231,3 +231,68 @@ def test_a_part_a_family_does_not_provide_is_a_clear_error():
     logit = get_family("bernoulli_logit")
     with pytest.raises(FamilyCapabilityError, match="box_bound is False"):
         logit.box_partials(2, None, None, None)
+
+
+def _refusal(make_likelihood, two_observed=False):
+    """The message of ScalableMH(bounds='auto')'s refusal of a model whose likelihood
+    ``make_likelihood(X, y, b)`` adds (its observed variable is ``y_obs``)."""
+    rng = np.random.default_rng(11)
+    X = rng.standard_normal((300, 2))
+    y = (rng.random(300) < 0.5).astype(float)
+    with pm.Model() as model:
+        b = pm.Normal("b", 0.0, 2.0, shape=2)
+        make_likelihood(X, y, b)
+        if two_observed:  # a second observed variable on the same rows, not a GLM
+            pm.Laplace("w_obs", mu=b[0], b=1.0, observed=rng.standard_normal(300))
+    with model, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises(ValueError) as err:
+            pms.ScalableMH()
+    return str(err.value)
+
+
+def test_auto_bounds_refusals_are_short_and_point_to_the_families_page():
+    """Every refusal of ``bounds='auto'`` is at most 300 characters, names the observed
+    variable and its distribution (or the parameter at fault), says what to do instead
+    (``bounds=``, AustereMH/BarkerMinibatch) and points to docs/families.md, which lists
+    every registered family; the long list (``supported_text``) is not appended."""
+    logit, dot = pm.math.invlogit, pm.math.dot
+    cases = {
+        "an unknown distribution": (
+            lambda X, y, b: pm.Laplace("y_obs", mu=dot(X, b), b=1.0, observed=y),
+            ("LaplaceRV",)),
+        "a wrong link": (
+            lambda X, y, b: pm.Bernoulli(
+                "y_obs", p=1 - pm.math.exp(-pm.math.exp(dot(X, b))), observed=y),
+            ("Bernoulli", "logit link")),
+        "a non-affine predictor": (
+            lambda X, y, b: pm.Bernoulli("y_obs", p=logit(pm.math.exp(dot(X, b))), observed=y),
+            ("linear predictor", "affine")),
+        "a nu per row": (
+            lambda X, y, b: pm.StudentT("y_obs", nu=3.0 + np.arange(300.0), mu=dot(X, b),
+                                        sigma=1.0, observed=y),
+            ("nu per row",)),
+        "a free nu": (
+            lambda X, y, b: pm.StudentT("y_obs", nu=pm.Exponential("nu", 0.1), mu=dot(X, b),
+                                        sigma=1.0, observed=y),
+            ("degrees of freedom nu", "free")),
+        "a scale that is not log-affine": (
+            lambda X, y, b: pm.Normal("y_obs", mu=dot(X, b),
+                                      sigma=pm.Normal("s", 1.0, 0.1) ** 2, observed=y),
+            ("log scale", "Normal", "affine")),
+    }
+    supported = families.supported_text()
+    for case, (likelihood, tokens) in cases.items():
+        message = _refusal(likelihood)
+        assert len(message) <= families.REFUSAL_LIMIT == 300, (case, len(message), message)
+        for token in ("y_obs", "docs/families.md", "bounds=", "AustereMH", *tokens):
+            assert token in message, (case, token, message)
+        assert supported not in message and "Registered families" not in message, case
+    message = _refusal(lambda X, y, b: pm.Bernoulli("y_obs", logit_p=dot(X, b), observed=y),
+                       two_observed=True)
+    assert len(message) <= 300 and "'w_obs' (LaplaceRV)" in message, message
+    assert "docs/families.md" in message
+    page = (Path(__file__).resolve().parents[2] / "docs" / "families.md").read_text()
+    for name, family in families.FAMILIES.items():
+        if family.distribution is not None:
+            assert f"`{name}`" in page, f"docs/families.md has no row for the family {name!r}"

@@ -497,3 +497,37 @@ def test_langevin_estimator_needs_a_centre(conj):
                           proposal=pms.proposals.Langevin(gradient="cv"))
         with pytest.raises(ValueError, match="gradient must be None or one of"):
             pms.proposals.Langevin(gradient="fast")
+
+
+def test_noise_warning_advises_the_knob_that_helps(conj):
+    """The gradient-noise warning suggests ``gradient='cv'`` only when another estimator
+    is in use; with ``'cv'`` (the default) it names a smaller ``step_size`` and a larger
+    ``batch_size``, each by the factor (mean noise_ratio / 0.1) that brings the mean to
+    the threshold (``alpha`` is proportional to ``h`` and to ``1 / batch_size``)."""
+    import re
+
+    model, mean, sd, n = conj
+    messages = {}
+    # two rows per batch: the control variates' noise is large too (one row gives no
+    # spread to estimate it from)
+    for gradient, batch, h in (("minibatch", 10, 1.0), ("cv", 2, 1.0)):
+        with model:
+            step = pms.SGLD(gradient=gradient, batch_size=batch, step_size=h)
+        idata = run_sample(model, step, draws=100, tune=100, chains=1, seed=SEED,
+                           keep_warning_stat=True)
+        found = sampler_warnings(idata, "gradient noise adds")[0]
+        assert found, gradient
+        messages[gradient] = msg = found[0]
+        percent = float(re.search(r"adds (\d+)%", msg).group(1))
+        factor = percent / 100 / step.NOISE_WARN
+        assert factor > 1, msg
+        suggested_h = float(re.search(r"step_size=([0-9.e+-]+)\)", msg).group(1))
+        suggested_m = int(re.search(r"batch_size=(\d+)\)", msg).group(1))
+        # the step size that would bring the mean to 0.1: h / factor (to the rounding of
+        # the percentage and of two significant digits)
+        assert suggested_h == pytest.approx(h / factor, rel=0.1), msg
+        assert suggested_m == pytest.approx(min(n, batch * factor), rel=0.1, abs=1), msg
+    assert "gradient='cv'" in messages["minibatch"], messages["minibatch"]
+    assert "grows with N" in messages["minibatch"]
+    assert "gradient='cv'" not in messages["cv"], messages["cv"]
+    assert "Lower step_size" in messages["cv"] and "raise batch_size" in messages["cv"]

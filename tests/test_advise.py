@@ -1,0 +1,250 @@
+"""``pms.advise`` (issue 30, part 3): the report, the refusals, the recommendation, and
+(slow) its forecast of the time to 1,000 ESS against a full run."""
+
+from __future__ import annotations
+
+import math
+import time
+import warnings
+
+import numpy as np
+import pymc as pm
+import pytensor.tensor as pt
+import pytest
+
+import pymc_subsample as pms
+from pymc_subsample.advice import Forecast, _first_sentence, _forecast_run, _recommend
+from pymc_subsample.diagnostics import convergence, get_group
+
+FAST = {"pilot_draws": 60, "pilot_tune": 60, "timing_budget": 0.2, "random_seed": 3}
+
+
+def _demo_model(n, d=10, seed=0):
+    """The demo's model (``examples/demo.py``): ``beta ~ Normal(0, 1)``,
+    ``y ~ Bernoulli(logit_p=X @ beta)`` on ``make_logistic(n, d)``."""
+    X, y, _ = pms.datasets.make_logistic(n, d, seed=seed)
+    with pm.Model() as model:
+        beta = pm.Normal("beta", 0.0, 1.0, shape=d)
+        pm.Bernoulli("y", logit_p=pt.as_tensor(X) @ beta, observed=y)
+    return model
+
+
+def _student_t_unknown_nu(n=2000, seed=1):
+    """A robust regression with an unknown Student-t ``nu``: ScalableMH's automatic
+    bounds refuse it (the sequential tests sample it)."""
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=n)
+    y = 0.5 + 1.0 * x + rng.standard_t(5, size=n)
+    with pm.Model() as model:
+        a = pm.Normal("a", 0.0, 5.0)
+        b = pm.Normal("b", 0.0, 5.0)
+        nu = pm.Gamma("nu", 2.0, 0.1)
+        pm.StudentT("y", nu=nu, mu=a + b * x, sigma=1.0, observed=y)
+    return model
+
+
+def _coupled_model(n=2000):
+    """Rows coupled through the data: each row's probability is centred by the mean of
+    all rows' linear predictors (``tests/test_hostile.py``), so no step can subsample it."""
+    X, y, _ = pms.datasets.make_logistic(n, 3, seed=1)
+    with pm.Model() as model:
+        b = pm.Normal("b", 0.0, 1.0, shape=3)
+        eta = pt.as_tensor(X) @ b
+        pm.Bernoulli("y", p=pm.math.invlogit(eta - eta.mean()), observed=y)
+    return model
+
+
+# ---------------------------------------------------------------------- pure helpers
+
+
+def test_first_sentence_and_the_forecast_formula():
+    assert _first_sentence("ScalableMH refuses x. Use pms.AustereMH() instead. More.") == \
+        "ScalableMH refuses x."
+    assert _first_sentence("no full stop") == "no full stop"
+    # T1000 = set-up + s/draw x (chains x tune + 1000 / ESS per draw)
+    t, rate = _forecast_run(2.0, 1e-3, 0.5, tune=1000, chains=2)
+    assert t == pytest.approx(2.0 + 1e-3 * (2000 + 2000))
+    assert rate == pytest.approx(1000 / 4.0)
+
+
+def _fc(method, t, *, exact="exact", poor=False, status="ok"):
+    return Forecast(method=method, status=status, exact=exact, t1000_s=t, poor_mixing=poor)
+
+
+def test_recommendation_rules():
+    nuts = [_fc("NUTS (PyMC)", 100.0)]
+    # the fastest well-mixing step, when it beats NUTS by more than the margin
+    method, reason = _recommend([_fc("ScalableMH", 5.0), _fc("AustereMH", 3.0, exact="a")],
+                                nuts, 2.0)
+    assert method == "AustereMH" and "33x faster than NUTS (PyMC)" in reason
+    # a step that mixes poorly is passed over, even when it is forecast faster
+    method, _ = _recommend([_fc("ScalableMH", 5.0), _fc("AustereMH", 3.0, poor=True)], nuts, 2.0)
+    assert method == "ScalableMH"
+    # within the margin of NUTS: NUTS
+    method, reason = _recommend([_fc("ScalableMH", 60.0)], nuts, 2.0)
+    assert method == "NUTS" and "not at least 2x faster" in reason
+    # NUTS under nuts_fast_enough seconds: NUTS, even when a step is much faster
+    method, reason = _recommend([_fc("ScalableMH", 2.0)], [_fc("NUTS (PyMC)", 25.0)], 2.0,
+                                30.0)
+    assert method == "NUTS" and "under 30 s" in reason
+    method, _ = _recommend([_fc("ScalableMH", 2.0)], [_fc("NUTS (PyMC)", 25.0)], 2.0, 0.0)
+    assert method == "ScalableMH"
+    # every step mixes poorly: NUTS
+    method, reason = _recommend([_fc("ScalableMH", 5.0, poor=True)], nuts, 2.0)
+    assert method == "NUTS" and "mixes poorly" in reason
+    # every step refused: NUTS
+    method, reason = _recommend([_fc("ScalableMH", math.nan, status="refused")], nuts, 2.0)
+    assert method == "NUTS" and "refused" in reason
+
+
+def test_bad_arguments_are_refused_with_the_argument_named():
+    model = _demo_model(500, d=2)
+    with pytest.raises(pms.InvalidParameterError, match="steps"):
+        pms.advise(model, steps=("NUTS",))
+    with pytest.raises(pms.InvalidParameterError, match="pilot_draws"):
+        pms.advise(model, pilot_draws=5)
+    with pytest.raises(pms.InvalidParameterError, match="step_kwargs"):
+        pms.advise(model, step_kwargs={"Scalable": {}})
+
+
+# ---------------------------------------------------------------------- pilots
+
+
+def test_report_structure():
+    model = _demo_model(3000, d=3)
+    with model:
+        advice = pms.advise(steps=("ScalableMH",), nuts=("pymc",), nuts_pilot=False, **FAST)
+    assert advice.n_rows == 3000
+    (fc,) = advice.steps
+    assert fc.method == "ScalableMH" and fc.status == "ok", fc.reason
+    assert fc.exact == "exact"
+    assert 0 < fc.rows_per_draw < 3000 and fc.seconds_per_draw > 0 and fc.setup_s > 0
+    assert 0 < fc.ess_per_draw <= 1 and fc.pilot_ess > 0 and fc.pilot_rhat > 0
+    expect, rate = _forecast_run(fc.setup_s, fc.seconds_per_draw, fc.ess_per_draw, 1000, 2)
+    assert fc.t1000_s == pytest.approx(expect) and fc.ess_per_s == pytest.approx(rate)
+    (nuts,) = advice.nuts
+    assert nuts.method == "NUTS (PyMC)" and nuts.status == "ok", nuts.reason
+    assert nuts.grads_source == "assumed" and nuts.grads_per_ess == 15.0
+    assert nuts.t1000_s == pytest.approx(nuts.setup_s + 15_000 * nuts.seconds_per_draw)
+    d = advice.to_dict()
+    assert set(d) == {"n_rows", "recommendation", "reason", "settings", "steps", "nuts"}
+    assert d["steps"][0]["method"] == "ScalableMH" and isinstance(d["steps"][0]["notes"], list)
+    assert d["settings"]["pilot_draws"] == 60 and d["recommendation"] in ("ScalableMH", "NUTS")
+    text = str(advice)
+    assert repr(advice) == text
+    for word in ("ScalableMH", "NUTS (PyMC)", "T1000 s", "rows/draw", "ESS/s",
+                 "recommendation:", "15.0 grads/ESS (assumed)"):
+        assert word in text
+
+
+def test_a_refusal_is_reported_with_its_reason():
+    model = _student_t_unknown_nu()
+    with model, pytest.raises(ValueError) as err:  # ModelNotSupportedError is a ValueError
+        pms.ScalableMH()
+    with model:  # only ScalableMH: the other steps' set-up compiles Student-t's nu terms
+        advice = pms.advise(steps=("ScalableMH",), nuts=(), **FAST)
+    (smh,) = advice.steps
+    assert smh.status == "refused" and not smh.ok
+    assert smh.reason == f"{type(err.value).__name__}: {_first_sentence(err.value)}"
+    assert smh.reason.endswith(".") and len(smh.reason) < len(str(err.value))
+    assert f"ScalableMH       refused: {smh.reason}" in str(advice)
+    assert advice.recommendation == "NUTS" and advice.n_rows == 2000
+
+
+def test_sgld_refusal_of_a_hierarchical_model_is_reported():
+    from pymc_subsample.testing import hierarchical_data, hierarchical_model
+
+    with hierarchical_model(hierarchical_data(2000, 10, seed=0), centred=False):
+        advice = pms.advise(steps=("SGLD",), nuts=("pymc",), nuts_pilot=False, **FAST)
+    (sgld,) = advice.steps
+    assert sgld.status == "refused" and sgld.hierarchical
+    assert sgld.reason.startswith("ModelNotSupportedError: SGLD does not sample this model")
+    assert advice.recommendation == "NUTS" and "refused" in advice.reason
+    # NUTS on a hierarchical model: the funnel's gradient count is assumed, not the GLM's
+    (nuts,) = advice.nuts
+    assert nuts.grads_source == "assumed (hierarchical)" and nuts.grads_per_ess == 600.0
+
+
+def test_rows_coupled_recommends_nuts():
+    with _coupled_model():
+        advice = pms.advise(nuts=("pymc",), nuts_pilot=False, **FAST)
+    assert [f.status for f in advice.steps] == ["refused"] * 4
+    assert all("does not factorise" in f.reason for f in advice.steps)
+    assert advice.n_rows == 2000
+    assert advice.recommendation == "NUTS"
+    assert advice.reason.startswith("every step refused this model")
+
+
+def test_a_step_that_mixes_poorly_is_flagged_and_nuts_recommended():
+    """A random walk with a scale 1,000 times too small and no tuning barely moves: the
+    pilot's ESS is tiny, the step is flagged and NUTS is recommended."""
+    with _demo_model(3000, d=3):
+        advice = pms.advise(steps=("AustereMH",), nuts=(),
+                            step_kwargs={"AustereMH": {"scaling": 1e-3, "tune": False}},
+                            **FAST)
+    (fc,) = advice.steps
+    assert fc.status == "ok" and fc.poor_mixing, (fc.pilot_ess, fc.pilot_rhat)
+    assert advice.recommendation == "NUTS" and "mixes poorly" in advice.reason
+
+
+def test_small_n_recommends_nuts():
+    """N = 1,000: a gradient costs well under a millisecond; NUTS is priced from its own
+    short pilot, forecast in seconds, and recommended."""
+    with _demo_model(1000):
+        advice = pms.advise(steps=("ScalableMH", "AustereMH"), nuts=("pymc",),
+                            pilot_draws=100, timing_budget=0.2, random_seed=3)
+    (nuts,) = advice.nuts
+    assert nuts.grads_source == "NUTS pilot", nuts.notes
+    assert 2 < nuts.grads_per_ess < 100 and nuts.rows_per_draw > 1000
+    assert nuts.t1000_s < 30, str(advice)
+    assert advice.recommendation == "NUTS", str(advice)
+
+
+def test_demo_model_at_1e5_recommends_a_subsampling_step():
+    with _demo_model(100_000):
+        advice = pms.advise(steps=("ScalableMH",), nuts=("pymc",), pilot_draws=100,
+                            timing_budget=0.3, random_seed=3)
+    (nuts,) = advice.nuts
+    assert nuts.grads_source == "assumed"  # a NUTS pilot would cost too much here
+    assert advice.recommendation == "ScalableMH", str(advice)
+    assert nuts.t1000_s > 5 * advice.steps[0].t1000_s
+
+
+# ---------------------------------------------------------------------- forecast vs run
+
+
+@pytest.mark.slow
+def test_forecast_agrees_with_a_full_run_within_a_factor_2():
+    """ScalableMH on the benchmark logistic model (``benchmarks/fastest_nuts.py``) at
+    N = 10^5: the forecast time to 1,000 bulk ESS from a 200-draw pilot against a full run
+    of 2 chains x (1,000 tune + 2,000 draws), measured as the benchmark measures it
+    (construction + pm.sample outside its loop + the tuning's share of the loop + the
+    kept draws' share x 1,000 / ESS)."""
+    n = 100_000
+    with _demo_model(n):
+        advice = pms.advise(steps=("ScalableMH",), nuts=(), random_seed=11)
+    forecast = advice.steps[0].t1000_s
+    with _demo_model(n), warnings.catch_warnings():  # a fresh model: no reused compilation
+        warnings.simplefilter("ignore")
+        t0 = time.perf_counter()
+        step = pms.ScalableMH()
+        construct = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        idata = pm.sample(step=step, tune=1000, draws=2000, chains=2, cores=1,
+                          random_seed=12, progressbar=False, compute_convergence_checks=False)
+        wall = time.perf_counter() - t0
+    loop = float(get_group(idata, "posterior").attrs.get("sampling_time", wall))
+    ess, rhat = convergence(idata, ["beta"])
+    kept = loop * 2000 / 3000
+    measured = construct + (wall - loop) + (loop - kept) + kept * 1000 / ess
+    used = float(np.mean(get_group(idata, "sample_stats")["data_used"].values))
+    fc = advice.steps[0]
+    pairs = {"T1000 s": (forecast, measured), "ESS per draw": (fc.ess_per_draw, ess / 4000),
+             "s per draw": (fc.seconds_per_draw, loop / 6000),
+             "rows per draw": (fc.rows_per_draw, used)}
+    report = ", ".join(f"{k} {a:.4g} forecast / {b:.4g} measured" for k, (a, b) in pairs.items())
+    print(report)
+    assert rhat < 1.01
+    # the whole forecast within a factor 2, and each of its parts
+    for name, (a, b) in pairs.items():
+        assert 0.5 < a / b < 2.0, (name, report, str(advice))
