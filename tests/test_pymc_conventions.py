@@ -30,7 +30,8 @@ def model():
 
 
 @pytest.mark.parametrize("name", METHODS)
-def test_progress_bar_columns_are_running_means_of_the_stats(name):
+def test_progress_bar_columns_are_running_means_of_the_stats(name, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "200")  # a wide console: every column (80: see test_progress_bar)
     cls = getattr(pms, name)
     columns, fields = cls._progressbar_config(n_chains=2)
     headers = [c.get_table_column().header for c in columns]

@@ -263,7 +263,7 @@ class ScalableMH(MHStep):
         self.center, self._setup_warning = setup.locate_center(
             lik, eng, self._center_arg, "the centre of the control variates and bounds",
             "the bounds hold but may be loose, so the test may read many rows. Pass center= "
-            "(e.g. from pm.find_MAP).", rider=rider)
+            "(e.g. from pm.find_MAP).", rider=rider, tol=setup.SCALABLE_CENTER_TOL)
         rider_done = self.center.rider
         # the step keeps no rider: it holds a lock (pickling for spawned workers) and the
         # pass's temporaries

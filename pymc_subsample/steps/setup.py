@@ -55,20 +55,26 @@ def mode_likelihood(engine):
 
 #: the mode search's tolerance for a centre (:func:`~pymc_subsample.center.find_center`'s
 #: ``tol``, the predicted gain in log density): within about ``sqrt(2 * CENTER_TOL) =
-#: 0.3`` posterior sds of the mode (in the Laplace metric, over all dimensions together).
-#: The control-variate identities and ScalableMH's bounds hold at any centre; the
-#: distance only adds to the draws' own, ``E ||theta - centre||^2 = d + 0.1`` instead of
-#: ``d`` in sd units, and the Laplace mean takes one more Newton step from the centre.
-#: On an ordinary GLM the first full-data pass after the warm start's step meets it
-#: (at N = 10^6 a tolerance of 2e-3 needed a second Hessian pass, 4 NumPy passes'
-#: time, on three datasets out of three)
-CENTER_TOL = 0.05
+#: 0.06`` posterior sds of the mode, which changes neither the control variates'
+#: variance nor the bounds noticeably (the Laplace mean takes one more Newton step from
+#: there), and on an ordinary GLM is usually reached by one full Newton step from the
+#: warm start
+CENTER_TOL = 2e-3
+#: ScalableMH's tolerance: within about ``sqrt(2 * 0.05) = 0.3`` posterior sds of the
+#: mode (in the Laplace metric, over all dimensions together). Its bounds and the
+#: control-variate identity hold at any centre; the distance only adds to the draws'
+#: own, ``E ||theta - centre||^2 = d + 0.1`` instead of ``d`` in sd units. At N = 10^6
+#: the tolerance 2e-3 needed a second Hessian pass (4 NumPy passes' time, its bound
+#: constants recomputed) on three datasets out of three; this one did not
+SCALABLE_CENTER_TOL = 0.05
 
 
-def locate_center(lik, engine, center_arg, what: str, advice: str, *, rider=None):
+def locate_center(lik, engine, center_arg, what: str, advice: str, *, rider=None,
+                  tol: float = CENTER_TOL):
     """The centre: ``center_arg`` as given (a point dict or a raveled vector), else the
     posterior mode by :func:`~pymc_subsample.center.find_center` on ``lik`` (the engine,
-    or a cheaper duck-typed likelihood of the same model), to ``CENTER_TOL``, with
+    or a cheaper duck-typed likelihood of the same model), to ``tol`` (default
+    ``CENTER_TOL``), with
     ``rider`` fused into its last pass (:func:`~pymc_subsample.center.find_center`).
 
     Returns
@@ -80,7 +86,7 @@ def locate_center(lik, engine, center_arg, what: str, advice: str, *, rider=None
     """
     if center_arg is not None:
         return center_at(lik, parse_point(center_arg, engine, "center")), None
-    center = find_center(lik, tol=CENTER_TOL, rider=rider)
+    center = find_center(lik, tol=tol, rider=rider)
     if center.converged:
         return center, None
     return center, f"the search for the posterior mode ({what}) did not converge; {advice}"
