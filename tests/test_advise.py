@@ -67,8 +67,9 @@ def test_first_sentence_and_the_forecast_formula():
     assert rate == pytest.approx(1000 / 4.0)
 
 
-def _fc(method, t, *, exact="exact", poor=False, status="ok"):
-    return Forecast(method=method, status=status, exact=exact, t1000_s=t, poor_mixing=poor)
+def _fc(method, t, *, exact="exact", poor=False, status="ok", source="NUTS pilot"):
+    return Forecast(method=method, status=status, exact=exact, t1000_s=t, poor_mixing=poor,
+                    grads_source=source if method.startswith("NUTS") else "")
 
 
 def test_recommendation_rules():
@@ -88,6 +89,10 @@ def test_recommendation_rules():
                                 30.0)
     assert method == "NUTS" and "under 30 s" in reason
     method, _ = _recommend([_fc("ScalableMH", 2.0)], [_fc("NUTS (PyMC)", 25.0)], 2.0, 0.0)
+    assert method == "ScalableMH"
+    # ... but only when its pilot measured the NUTS forecast (an assumed one is too rough)
+    method, _ = _recommend([_fc("ScalableMH", 2.0)],
+                           [_fc("NUTS (PyMC)", 25.0, source="assumed")], 2.0, 30.0)
     assert method == "ScalableMH"
     # every step mixes poorly: NUTS
     method, reason = _recommend([_fc("ScalableMH", 5.0, poor=True)], nuts, 2.0)
