@@ -914,6 +914,15 @@ def _rows_where(mask, a: Interval, b: Interval) -> Interval:
     return Interval(np.where(mask, a.lo, b.lo), np.where(mask, a.hi, b.hi))
 
 
+def _per_row_box(E: Interval, S: Interval, y):
+    """``(E, S, y, shape)``: the box's intervals and the responses broadcast to one entry
+    per row (the shape of the three together), for partials that treat rows by type."""
+    y = np.asarray(y, dtype=np.float64)
+    n = np.broadcast(E.lo, S.lo, y).shape
+    return (Interval(np.broadcast_to(E.lo, n), np.broadcast_to(E.hi, n)),
+            Interval(np.broadcast_to(S.lo, n), np.broadcast_to(S.hi, n)), y, n)
+
+
 def _pieces(lo, hi):
     """Sub-intervals of ``[lo_i, hi_i]`` (at most ``_ZI_MAX_PIECES``, of width about
     ``_ZI_PIECE``): interval evaluation's excess shrinks with the width."""
@@ -1030,10 +1039,7 @@ class ZeroInflatedPoissonLogit(GLMFamily):
     def box_partials(self, m, E, S, y, **params):
         """Count rows :func:`_zip_count_partials`, zero rows :func:`_zip_zero_partials`
         (``S``: the interval of ``r = logit psi``)."""
-        y = np.asarray(y, dtype=np.float64)
-        n = np.broadcast(E.lo, S.lo, y).shape
-        E = Interval(np.broadcast_to(E.lo, n), np.broadcast_to(E.hi, n))
-        S = Interval(np.broadcast_to(S.lo, n), np.broadcast_to(S.hi, n))
+        E, S, y, _ = _per_row_box(E, S, y)
         zero = y == 0
         count = _zip_count_partials(m, E, S)
         if not np.any(zero):
@@ -1254,10 +1260,7 @@ class CensoredNormalScale(GLMFamily):
     def box_partials(self, m, E, S, y, lower=None, upper=None, **params):
         """Uncensored rows: :func:`_location_scale` (Normal); censored rows:
         :func:`_censored_partials`."""
-        y = np.asarray(y, dtype=np.float64)
-        n = np.broadcast(E.lo, S.lo, y).shape
-        E = Interval(np.broadcast_to(E.lo, n), np.broadcast_to(E.hi, n))
-        S = Interval(np.broadcast_to(S.lo, n), np.broadcast_to(S.hi, n))
+        E, S, y, n = _per_row_box(E, S, y)
         normal = _location_scale(m, E, S, y, None)
         at_lower, at_upper, c = _censored_rows(y, lower, upper, n)
         cens = at_lower | at_upper
@@ -1268,8 +1271,7 @@ class CensoredNormalScale(GLMFamily):
                      np.where(at_lower, below.hi, np.where(at_upper, above.hi, 0.0)))
         es = (-S).exp()
         parts = _censored_partials(m, D * es, es)
-        return [Interval(np.where(cens, p.lo, q.lo), np.where(cens, p.hi, q.hi))
-                for p, q in zip(parts, normal)]
+        return [_rows_where(cens, p, q) for p, q in zip(parts, normal)]
 
 
 for _family in (CensoredNormal, CensoredNormalScale):
@@ -1335,10 +1337,7 @@ def _nb_count_partials(m, E, R, y, alpha):
 def _zinb_partials(m, E, R, y, alpha):
     """All rows' m-th partials in ``(eta, r)`` (zero rows :func:`_zi_zero_partials`,
     count rows :func:`_nb_count_partials`)."""
-    y = np.asarray(y, dtype=np.float64)
-    n = np.broadcast(E.lo, R.lo, y).shape
-    E = Interval(np.broadcast_to(E.lo, n), np.broadcast_to(E.hi, n))
-    R = Interval(np.broadcast_to(R.lo, n), np.broadcast_to(R.hi, n))
+    E, R, y, _ = _per_row_box(E, R, y)
     count = _nb_count_partials(m, E, R, y, alpha)
     zero = y == 0
     if not np.any(zero):
