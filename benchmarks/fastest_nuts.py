@@ -165,24 +165,17 @@ def missing(key):
 
 
 def _attrs(idata):
-    from pymc_subsample.diagnostics import get_group
+    """The attributes of the posterior and sample-stats groups (``sampling_time``, ...)."""
+    from pymc_subsample.advice import _attrs as attrs
 
-    out = {}
-    for name in ("posterior", "sample_stats"):
-        try:
-            out.update(get_group(idata, name).attrs)
-        except KeyError:
-            pass
-    return out
+    return attrs(idata)
 
 
 def _stats(idata, name):
-    from pymc_subsample.diagnostics import get_group
+    """The group ``name`` of a result, or None."""
+    from pymc_subsample.advice import _group
 
-    try:
-        return get_group(idata, name)
-    except KeyError:
-        return None
+    return _group(idata, name)
 
 
 def _sum(ds, name):
