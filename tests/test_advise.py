@@ -229,11 +229,19 @@ def test_forecast_agrees_with_a_full_run_within_a_factor_2():
     with _demo_model(n):
         advice = pms.advise(steps=("ScalableMH",), nuts=(), random_seed=11)
     forecast = advice.steps[0].t1000_s
-    with _demo_model(n), warnings.catch_warnings():  # a fresh model: no reused compilation
+    # the construction on a fresh model (no reused compilation), the faster of two: one
+    # timing of a few seconds on a shared machine can be slowed several times by other
+    # processes (the suite's other worker), which says nothing of the forecast
+    construct = np.inf
+    for _ in range(2):
+        with _demo_model(n), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            t0 = time.perf_counter()
+            pms.ScalableMH()
+            construct = min(construct, time.perf_counter() - t0)
+    with _demo_model(n), warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        t0 = time.perf_counter()
         step = pms.ScalableMH()
-        construct = time.perf_counter() - t0
         t0 = time.perf_counter()
         idata = pm.sample(step=step, tune=1000, draws=2000, chains=2, cores=1,
                           random_seed=12, progressbar=False, compute_convergence_checks=False)
