@@ -5,7 +5,8 @@ coefficients ``b``, ``eta = a + X b``, ``a, b ~ Normal(0, 2)``, scale or shape
 ``s ~ HalfNormal(5)``):
 
 * ``normal``: ``y ~ Normal(eta, s)``;
-* ``student_t``: ``y ~ StudentT(nu=4, eta, s)``;
+* ``student_t``: ``y ~ StudentT(nu=4, eta, s)``; ``student_t_nu``: the same data with
+  ``nu ~ Gamma(2, 0.1)`` sampled too;
 * ``gamma``: ``y ~ Gamma(alpha=s, beta=s / exp(eta))`` (mean ``exp(eta)``, shape ``s``);
 * ``negbinomial``: ``y ~ NegativeBinomial(mu=exp(eta), alpha=s)``;
 * ``poisson``: ``y ~ Poisson(exp(eta))`` (no scale; for comparison);
@@ -14,6 +15,9 @@ coefficients ``b``, ``eta = a + X b``, ``a, b ~ Normal(0, 2)``, scale or shape
   ``y2 ~ Bernoulli(logit_p = X b + c)`` (shared ``b``, ``c ~ Normal(0, 2)``);
 * ``zip``: ``y ~ ZeroInflatedPoisson(psi, mu=exp(eta))``, ``psi ~ Beta(2, 2)`` (sampled on
   the logit scale; data with ``psi = 0.7``); ``zip_fixed``: the same with ``psi = 0.7`` fixed;
+* ``zinb``: ``y ~ ZeroInflatedNegativeBinomial(psi=0.7, mu=exp(eta), alpha=2)`` (both
+  fixed; data with ``alpha = 2``); ``zinb_alpha``: the same with ``alpha = s`` sampled (the
+  ``zeroinflated_negbinomial_alpha`` family, rows of ``(eta, log alpha)``);
 * ``censored``: ``y ~ Censored(Normal(eta, s), lower=-0.5, upper=1.5)`` (about 28% of rows
   censored below, 19% above); ``censored_fixed``: the same with ``s = 1.2`` fixed.
 
@@ -45,8 +49,29 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
 import numpy as np  # noqa: E402
 
 FAMILIES = ("normal", "student_t", "gamma", "negbinomial", "poisson", "probit", "multiobs",
-            "zip", "zip_fixed", "censored", "censored_fixed")
+            "zip", "zip_fixed", "zinb", "zinb_alpha", "censored", "censored_fixed", "softmax", "student_t_nu")
 D = 5
+
+
+def _softmax_model(X, rng, k=3):
+    """``softmax``: ``y ~ Categorical(p=softmax(eta))``, ``eta = [0, a + X b]`` (K = 3
+    classes, class 0 the reference with a zero predictor), ``a`` (K - 1) and ``b``
+    (D x (K - 1)) ``~ Normal(0, 2)``. (With all K classes free, the common shift is
+    identified by the prior alone and NUTS had not finished 2 x 2,000 iterations in 45
+    minutes at N = 10^5.)"""
+    import pymc as pm
+    import pytensor.tensor as pt
+
+    n = X.shape[0]
+    eta = np.column_stack([np.zeros(n), X @ rng.normal(0.0, 0.5, (X.shape[1], k - 1))
+                           + np.array([0.3, -0.2, 0.1][:k - 1])])
+    y = np.argmax(eta + rng.gumbel(size=eta.shape), axis=1)  # Gumbel-max: softmax draws
+    with pm.Model() as model:
+        a = pm.Normal("a", 0.0, 2.0, shape=k - 1)
+        b = pm.Normal("b", 0.0, 2.0, shape=(X.shape[1], k - 1))
+        e = pt.concatenate([pt.zeros((n, 1)), a + pm.math.dot(X, b)], axis=1)
+        pm.Categorical("y", p=pm.math.softmax(e, axis=-1), observed=y)
+    return model
 
 
 def family_model(family, n, seed=0):
@@ -54,10 +79,12 @@ def family_model(family, n, seed=0):
 
     rng = np.random.default_rng(seed)
     X = rng.standard_normal((n, D))
+    if family == "softmax":
+        return _softmax_model(X, rng)
     eta = 0.3 + X @ np.linspace(-0.4, 0.4, D)
     if family in ("normal", "multiobs"):
         y = eta + 1.2 * rng.standard_normal(n)
-    elif family == "student_t":
+    elif family in ("student_t", "student_t_nu"):
         y = eta + 1.2 * rng.standard_t(4.0, n)
     elif family == "gamma":
         y = rng.gamma(3.0, np.exp(eta) / 3.0)
@@ -67,6 +94,8 @@ def family_model(family, n, seed=0):
         y = (rng.standard_normal(n) < eta).astype(np.int64)
     elif family.startswith("zip"):
         y = np.where(rng.random(n) < 0.7, rng.poisson(np.exp(eta)), 0)
+    elif family.startswith("zinb"):
+        y = np.where(rng.random(n) < 0.7, rng.poisson(np.exp(eta) * rng.gamma(2.0, 0.5, n)), 0)
     elif family.startswith("censored"):
         y = np.clip(eta + 1.2 * rng.standard_normal(n), -0.5, 1.5)
     else:
@@ -75,12 +104,15 @@ def family_model(family, n, seed=0):
         a = pm.Normal("a", 0.0, 2.0)
         b = pm.Normal("b", 0.0, 2.0, shape=D)
         e = a + pm.math.dot(X, b)
-        if family not in ("poisson", "probit", "zip", "zip_fixed", "censored_fixed"):
+        if family not in ("poisson", "probit", "zip", "zip_fixed", "zinb",
+                          "censored_fixed"):
             s = pm.HalfNormal("s", 5.0)
         if family == "normal":
             pm.Normal("y", mu=e, sigma=s, observed=y)
         elif family == "student_t":
             pm.StudentT("y", nu=4.0, mu=e, sigma=s, observed=y)
+        elif family == "student_t_nu":
+            pm.StudentT("y", nu=pm.Gamma("nu", 2.0, 0.1), mu=e, sigma=s, observed=y)
         elif family == "gamma":
             pm.Gamma("y", alpha=s, beta=s / pm.math.exp(e), observed=y)
         elif family == "negbinomial":
@@ -95,6 +127,10 @@ def family_model(family, n, seed=0):
         elif family.startswith("zip"):
             psi = pm.Beta("psi", 2.0, 2.0) if family == "zip" else 0.7
             pm.ZeroInflatedPoisson("y", psi=psi, mu=pm.math.exp(e), observed=y)
+        elif family.startswith("zinb"):
+            alpha = s if family == "zinb_alpha" else 2.0
+            pm.ZeroInflatedNegativeBinomial("y", psi=0.7, mu=pm.math.exp(e), alpha=alpha,
+                                            observed=y)
         elif family.startswith("censored"):
             sigma = s if family == "censored" else 1.2
             pm.Censored("y", pm.Normal.dist(mu=e, sigma=sigma), lower=-0.5, upper=1.5,
@@ -118,7 +154,7 @@ def _sample(model, make_step, *, tune, draws, seed):
     return idata, wall
 
 
-def _summary(idata, names=("a", "b", "s", "c", "psi")):
+def _summary(idata, names=("a", "b", "s", "c", "psi", "nu")):
     """``name -> (mean, sd, mcse, bulk ESS)`` per component of the named variables."""
     import arviz as az
 

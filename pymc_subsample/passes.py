@@ -196,6 +196,19 @@ def map_chunks(fn: Callable[[int, int], object], ranges: Sequence[tuple[int, int
                 progress(e)
 
 
+def map_local(fn: Callable[[object], object], items: Sequence) -> list:
+    """``[fn(item) for item in items]`` on this process's threads: for work on data
+    already in memory (a gathered subsample), which a client's workers would first have
+    to be sent. Serial when passes are (``scheduler="sync"``, ``num_workers=1``, no
+    Dask)."""
+    items = list(items)
+    workers = _config["num_workers"] or os.cpu_count() or 1
+    if len(items) <= 1 or workers <= 1 or (_config["client"] is None
+                                           and _backend() == "serial"):
+        return [fn(item) for item in items]
+    return list(_thread_pool(workers).map(fn, items))
+
+
 def _threads_wave(fn, dask, workers, wave: Iterable[tuple[int, int]]):
     tasks = [dask.delayed(fn, pure=False)(s, e) for s, e in wave]
     return dask.compute(*tasks, scheduler="threads", pool=_thread_pool(workers))

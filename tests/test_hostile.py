@@ -135,6 +135,71 @@ def test_poisson_observation_of_minus_1_is_refused(step):
         step()
 
 
+def _spy_check_terms(monkeypatch):
+    """Record what ``PredictorMap.check_terms`` hands the row check (ScalableMH's NumPy
+    pass over all rows on a recognised GLM)."""
+    from pymc_subsample.engine.predictor import PredictorMap
+
+    made, original = [], PredictorMap.check_terms
+
+    def spy(self, v):
+        made.append(original(self, v))
+        return made[-1]
+
+    monkeypatch.setattr(PredictorMap, "check_terms", spy)
+    return made
+
+
+@pytest.mark.parametrize("model", [_bad_bernoulli, _bad_poisson], ids=["bernoulli", "poisson"])
+def test_scalable_checks_a_recognised_glm_on_numpy_terms_with_the_same_refusal(
+        model, monkeypatch):
+    """ScalableMH's row check runs on the family's NumPy terms (in parallel) on a
+    recognised GLM: the terms are finite exactly where the model's compiled ones are,
+    so the refusal names the same rows and values as the compiled pass's."""
+    made = _spy_check_terms(monkeypatch)
+    with model(), pytest.raises(pms.InvalidDataError) as fast:
+        pms.ScalableMH()
+    assert made and made[0] is not None  # the NumPy pass ran
+    monkeypatch.undo()
+    from pymc_subsample.engine.likelihood import LikelihoodEngine
+
+    with model(), pytest.raises(pms.InvalidDataError) as compiled:
+        LikelihoodEngine()  # the compiled pass
+    assert str(fast.value) == str(compiled.value)
+
+
+def test_scalable_numpy_row_check_still_compares_probe_rows_with_the_model_graph(monkeypatch):
+    """The NumPy pass cannot see a coupling of the rows (its terms are per row by
+    construction): the probe rows' chunks are evaluated by the compiled graph and
+    compared with the rows alone. A graph whose terms depend on the batch size only
+    above 1,000 rows is caught there."""
+    from pymc_subsample.engine.likelihood import LikelihoodEngine
+
+    X, y = _data(n=5000)
+    with _logistic(X, y):
+        eng = LikelihoodEngine(check=False)
+    # the compiled terms: -1 in batches of more than 1,000 rows, -2 alone
+    monkeypatch.setattr(eng, "_fn", lambda name: (
+        lambda q, *data: np.full(len(data[0]), -1.0 if len(data[0]) > 1000 else -2.0)))
+    monkeypatch.setattr(eng, "loglik", lambda q, rows: np.full(len(rows), -2.0))
+    numpy_terms = lambda data: np.full(len(data[0]), -2.0)  # noqa: E731
+    with pytest.raises(pms.ModelNotSupportedError, match="'?y'? does not factorise"):
+        eng.check_rows(eng.initial_q(), terms=numpy_terms)
+
+
+def test_scalable_falls_back_to_the_compiled_row_check_without_a_declared_support(
+        monkeypatch):
+    """A family that declares no support (here the Bernoulli's declaration removed)
+    gets the compiled pass, which still refuses the row."""
+    from pymc_subsample.kernels.families import get_family
+
+    monkeypatch.setattr(type(get_family("bernoulli_logit")), "support", None)
+    made = _spy_check_terms(monkeypatch)
+    with _bad_bernoulli(), pytest.raises(pms.InvalidDataError, match=r"row\(s\) 7, 1234"):
+        pms.ScalableMH()
+    assert made == [None]
+
+
 # ---------------------------------------------------------------- NaN / inf covariates
 @pytest.mark.parametrize("step", STEPS, ids=STEP_IDS)
 def test_nan_covariate_in_memory_is_refused_naming_the_data_and_row(step):

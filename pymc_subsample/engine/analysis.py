@@ -8,7 +8,9 @@ names the variable and says what to do instead.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import threading
 import weakref
 from dataclasses import dataclass, field
 
@@ -255,8 +257,71 @@ def model_logp(model, vars, **kwargs):
     per_model = _logp_graphs.setdefault(model, {})
     graph = per_model.get(key)
     if graph is None:
-        graph = per_model[key] = model.logp(vars=vars, **kwargs)
+        with _constant_signatures_once():
+            graph = per_model[key] = model.logp(vars=vars, **kwargs)
     return graph
+
+
+#: constants with more elements than this get a signature whose hash reads a sample
+_BIG_CONSTANT = 1 << 16
+_signature_lock = threading.Lock()
+
+
+def _sampled_signature_class():
+    from pytensor.tensor.variable import TensorConstantSignature
+
+    class SampledSignature(TensorConstantSignature):
+        """PyTensor's signature of a constant (equality unchanged: type, shape and every
+        value), hashed by a strided sample of at most ``_BIG_CONSTANT`` values: equal
+        data still give equal hashes."""
+
+        def __hash__(self):
+            t, d = self
+            try:
+                return self._pms_hash
+            except AttributeError:
+                flat = np.asarray(d).reshape(-1)
+                step = max(1, flat.size // _BIG_CONSTANT)
+                sample = np.ascontiguousarray(flat[::step])
+                digest = hashlib.blake2b(sample.tobytes(), digest_size=8).hexdigest()
+                self._pms_hash = hash((TensorConstantSignature, t, d.shape, digest))
+                return self._pms_hash
+
+    return SampledSignature
+
+
+@contextlib.contextmanager
+def _constant_signatures_once():
+    """While PyMC derives a log density: one signature per large constant, made once.
+
+    PyTensor makes a new signature object each time a constant is hashed or compared,
+    and hashes it by a NaN-masked sum of all its values. PyMC's derivation hashes the
+    model's data constants several times: at N = 10^7 rows of 10 float64 columns that
+    was 1.0 s of a step's construction. Within this context a large constant's
+    signature is made once (kept on the constant, whose data PyTensor never changes)
+    and hashed from a sample; equality is PyTensor's, so rewriting is unchanged."""
+    from pytensor.tensor.variable import TensorConstant
+
+    original = TensorConstant.__dict__.get("signature")
+    if original is None:  # another PyTensor: leave it alone
+        yield
+        return
+    sampled = _sampled_signature_class()
+
+    def signature(self):
+        if np.size(self.data) <= _BIG_CONSTANT:
+            return original(self)
+        sig = self.__dict__.get("_pms_signature")
+        if sig is None:
+            sig = self.__dict__["_pms_signature"] = sampled((self.type, self.data))
+        return sig
+
+    with _signature_lock:
+        TensorConstant.signature = signature
+        try:
+            yield
+        finally:
+            TensorConstant.signature = original
 
 
 def _loglik_terms(model):

@@ -66,6 +66,7 @@ class GLMSpec:
     eta: object  # model expression (in terms of value variables)
     params: dict  # fixed family parameters: arrays broadcastable to (N,)
     log_scale: object = None  # two-parameter rows: log scale / log shape expression
+    extra: tuple = ()  # further row coordinates (GLMFamily.extra_coords), e.g. log nu
     compiled: dict = field(default_factory=dict, repr=False)  # functions built once
 
     @property
@@ -269,18 +270,51 @@ def _family_params(family, values):
     return None if derived is None else {**params, **derived}
 
 
-def _second_coordinate(family, params):
+def _second_coordinate(family, params, obs=None, model=None, found=None):
     """The second row coordinate of a two-parameter family: ``log`` or ``logit`` of its
-    ``scale_param`` (``GLMFamily.scale_transform``), or None."""
+    ``scale_param`` (``GLMFamily.scale_transform``), or ``log(p - c)`` for
+    ``"log_shifted"`` (:func:`_shifted_log`, ``c`` stored in ``found``), or None."""
     if family.scale_param is None:
         return None
     p = params[family.scale_param]
     if family.scale_transform == "logit":
         return pt.log(p) - pt.log1p(-p)
+    if family.scale_transform == "log_shifted":
+        return _shifted_log(p, family.scale_param, obs, model, found)
     if family.scale_transform != "log":
         raise ValueError(f"GLM family {family.name!r}: unknown scale_transform "
-                         f"{family.scale_transform!r} (expected 'log' or 'logit').")
+                         f"{family.scale_transform!r} (expected 'log', 'logit' or "
+                         "'log_shifted').")
     return pt.log(p)
+
+
+def _shifted_log(p, name, obs, model, found):
+    """``log(p - c)`` for ``p = c + x`` (``c >= 0`` fixed, ``x`` positive and free: ``nu =
+    1 + pm.Exponential(...)``), else ``log p`` (``c = 0``); ``c`` is stored in
+    ``found[name + "_shift"]``. The log must still be affine in the sampled variables
+    (checked with the bounds' Jacobians)."""
+    from pytensor.tensor.elemwise import DimShuffle
+
+    shift, base = 0.0, p
+    node = p.owner
+    while node is not None and isinstance(node.op, DimShuffle):  # PyMC's ExpandDims
+        node = node.inputs[0].owner
+    sub = (node is not None and isinstance(node.op, Elemwise)
+           and isinstance(node.op.scalar_op, ps.Sub) and len(node.inputs) == 2)
+    if (node is not None and isinstance(node.op, Elemwise) and len(node.inputs) == 2
+            and (sub or isinstance(node.op.scalar_op, ps.Add))):
+        fixed = [_is_fixed(x, model) for x in node.inputs]
+        if fixed.count(True) == 1 and not (sub and fixed[0]):
+            c = np.asarray(node.inputs[fixed.index(True)].eval(), dtype=np.float64)
+            c = -c if sub else c  # x - c is x + (-c)
+            if c.size != 1 or not np.isfinite(c).all() or float(c.ravel()[0]) < 0:
+                raise ValueError(auto_refusal(
+                    f"the {name} of observed '{obs}' is c + a free variable with c not one "
+                    "number >= 0; use a positive free variable or c + one, c >= 0."))
+            shift, base = float(c.ravel()[0]), node.inputs[fixed.index(False)]
+    if found is not None:
+        found[f"{name}_shift"] = shift
+    return pt.log(base)
 
 
 #: link readers by name (``GLMFamily.link``): ``reader(params, family) -> eta or None``,
@@ -327,8 +361,11 @@ def _match(family, params, rv, model):
         return None
     values = {p: _fixed_value(params[p], family.param_label(p), rv.name, model)
               for p in family.fixed_params}
-    log_scale = _second_coordinate(family, params)
-    return GLMSpec(family.name, rv.name, eta, values, log_scale)
+    log_scale = _second_coordinate(family, params, rv.name, model, values)
+    # further row coordinates (a sampled Student-t nu: t = log(nu - c))
+    extra = tuple(_shifted_log(params[p], p, rv.name, model, values)
+                  for p in getattr(family, "extra_coords", ()))
+    return GLMSpec(family.name, rv.name, eta, values, log_scale, extra)
 
 
 def detect_glm(model, observed=None) -> GLMSpec:
@@ -356,15 +393,24 @@ def detect_glm(model, observed=None) -> GLMSpec:
     rv = obs[0]
     op = rv.owner.op
     values = op.dist_params(rv.owner) if hasattr(op, "dist_params") else rv.owner.inputs[3:]
-    spec, tried = None, []
+    spec, tried, deferred = None, [], None
     for family in [f for f in FAMILIES.values() if f.distribution == type(op).__name__]:
         params = _family_params(family, values)
         if params is None or not _selected(family, params, model):
+            continue
+        if not all(_is_fixed(params[p], model) for p in family.fixed_params):
+            # a parameter it needs fixed is free: a later family may sample it (Student-t
+            # with nu unknown); if none does, the first such family's refusal names it
+            deferred = deferred or (family, params)
             continue
         spec = _match(family, params, rv, model)
         if spec is not None:
             break
         tried.append(family)  # its link did not match
+    if spec is None and deferred is not None:
+        spec = _match(*deferred, rv, model)  # raises for the free parameter
+        if spec is None:
+            tried.insert(0, deferred[0])
     if spec is None:
         if not tried:
             raise ValueError(auto_refusal(
@@ -378,6 +424,8 @@ def detect_glm(model, observed=None) -> GLMSpec:
     spec.eta = model.replace_rvs_by_values([spec.eta])[0]
     if spec.log_scale is not None:
         spec.log_scale = model.replace_rvs_by_values([spec.log_scale])[0]
+    if spec.extra:
+        spec.extra = tuple(model.replace_rvs_by_values(list(spec.extra)))
     return spec
 
 
@@ -463,6 +511,8 @@ def _require_affine(engine, fn, q_hat, what, spec):
     if not _check_affine(engine, fn, q_hat):
         detail = (" (e.g. a product of two of them, or a positive-constrained coefficient)"
                   if what == "linear predictor"
+                  else ": nu must be a positive free variable, c + one (c >= 0) or fixed"
+                  if "nu" in what
                   else ": a scale or shape must be a positive free variable or fixed")
         raise ValueError(auto_refusal(
             f"the {what} of observed '{spec.observed}' ({spec.glm_family.label}) is not "
@@ -485,17 +535,20 @@ def _two_param_psi(engine, spec, order, q_hat, chunk, whiten, radius):
             "unbounded over the whole space; it needs region bounds (region='auto' or a "
             "radius, with bound_form='whitened')."
         )
-    fn = engine.compile_batch([pt.as_tensor_variable(spec.eta),
-                               pt.as_tensor_variable(spec.log_scale),
-                               engine.model[spec.observed]])
+    coords = [spec.eta, spec.log_scale, *spec.extra]
+    fn = engine.compile_batch([pt.as_tensor_variable(x) for x in coords]
+                              + [engine.model[spec.observed]])
 
     def values(q, data):
-        e, s, y = thread_copy(fn)(q, *data)
         rows = data[0].shape[0]
-        return (np.broadcast_to(e, (rows,)), np.broadcast_to(s, (rows,)),
-                np.broadcast_to(y, (rows,)))
+        return tuple(np.broadcast_to(v, (rows,)) for v in thread_copy(fn)(q, *data))
 
-    for what, k in (("linear predictor", 0), ("log scale (or log shape)", 1)):
+    names = ["linear predictor", "log scale (or log shape)"]
+    if spec.glm_family.scale_transform == "log_shifted":
+        names[1] = f"log {spec.glm_family.param_label(spec.glm_family.scale_param)}"
+    names += [f"log {spec.glm_family.param_label(p)}"
+              for p in getattr(spec.glm_family, "extra_coords", ())]
+    for k, what in enumerate(names):
         _require_affine(engine, lambda q, *data, k=k: values(q, data)[k], q_hat, what, spec)
     nu = _one_nu(spec)
     fixed = {k: v for k, v in spec.params.items() if k != "nu"}
@@ -505,11 +558,11 @@ def _two_param_psi(engine, spec, order, q_hat, chunk, whiten, radius):
 
     def one_chunk(start, stop):
         data = engine.gather_slice(start, stop)
-        e0, s0, y = values(q_hat, data)
+        *base, y = values(q_hat, data)
         moved = [values(q_hat + eye[j], data) for j in range(d)]
-        Je = np.column_stack([mv[0] - e0 for mv in moved])
-        Js = np.column_stack([mv[1] - s0 for mv in moved])
-        return two_param_chunk_psi(spec.family, order, (Je, Js), (e0, s0), y,
+        J = tuple(np.column_stack([mv[k] - base[k] for mv in moved])
+                  for k in range(len(base)))
+        return two_param_chunk_psi(spec.family, order, J, tuple(base), y,
                                    whiten=whiten, radius=radius, nu=nu,
                                    **{k: _chunk_param(v, n, start, stop)
                                       for k, v in fixed.items()})
@@ -557,6 +610,8 @@ def glm_psi(engine, spec: GLMSpec, order: int, q_hat, *, chunk: int = 65536,
         exceeds float32's range.
     """
     q_hat = np.asarray(q_hat, dtype=np.float64)
+    if getattr(spec, "row_psi", None) is not None:  # other row kinds (engine/softmax.py)
+        return spec.row_psi(engine, order, q_hat, chunk=chunk, whiten=whiten, radius=radius)
     if spec.two_param:
         return _two_param_psi(engine, spec, order, q_hat, chunk, whiten, radius)
     eta_fn = _eta_fn(engine, spec)

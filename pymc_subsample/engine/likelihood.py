@@ -114,11 +114,20 @@ class LikelihoodEngine(BatchFunctions):
         self.ndim = int(sum(np.prod(point[v.name].shape, dtype=int) for v in self.vars))
         self.graph_token = self._graph_token(point)
         if check:
-            # the data first: a NaN covariate makes PyMC's parameter checks (one switch
-            # over the whole batch) fail every row of a batch that holds it
-            self.check_rows(self.initial_q())
-            check_factorises(self.loglik, self.n_rows, self.initial_q(),
-                             [rv.name for rv in model.observed_RVs])
+            self.validate()
+
+    def validate(self, *, terms=None):
+        """The construction's data checks at the initial point: :meth:`check_rows` (every
+        row), then :func:`~pymc_subsample.engine.analysis.check_factorises` (a few rows
+        alone and in batches). ``terms``: see :meth:`check_rows`. A step that builds its
+        engine with ``check=False`` calls this itself, before its set-up reads the data
+        otherwise."""
+        q = self.initial_q()
+        # the data first: a NaN covariate makes PyMC's parameter checks (one switch
+        # over the whole batch) fail every row of a batch that holds it
+        self.check_rows(q, terms=terms)
+        check_factorises(self.loglik, self.n_rows, q,
+                         [rv.name for rv in self.model.observed_RVs])
 
     def _graph_token(self, point) -> tuple:
         """What the compiled functions are built from (:meth:`~pymc_subsample.engine.
@@ -136,13 +145,20 @@ class LikelihoodEngine(BatchFunctions):
             self.row_dim, self.n_rows, repr(sorted(self.compile_kwargs.items())),
         )
 
-    def check_rows(self, q, *, chunk: int = 65536):
+    def check_rows(self, q, *, chunk: int = 65536, terms=None):
         """One pass over all rows (:meth:`map_rows`) that refuses data the steps cannot
         sample: NaN or infinite float data, and rows whose log-likelihood term at ``q``
         is not finite (observations outside the support: NUTS refuses these too). It
         also compares a few rows' terms in the pass with the same rows' terms computed
         alone, which refuses a likelihood that couples the rows (a normaliser over all
         rows) even when small batches leave it saturated.
+
+        ``terms``: optional ``terms(data) -> per-row values``, thread-safe NumPy that is
+        finite exactly where the model's term at ``q`` is (a recognised GLM's row terms
+        with its support, :meth:`~pymc_subsample.engine.predictor.PredictorMap.
+        check_terms`). The pass then runs on it, in parallel (the compiled graph holds
+        Python's lock and ran a pass 4x slower on two threads), and the probe rows'
+        chunks alone are evaluated by the compiled graph for the comparison.
 
         Raises
         ------
@@ -160,14 +176,28 @@ class LikelihoodEngine(BatchFunctions):
         f = self._fn("ll")
         q = np.asarray(q, dtype=np.float64)
 
+        def compiled(data):
+            return np.asarray(thread_copy(f)(q, *data))
+
+        evaluate = compiled if terms is None else terms
+
         def one_chunk(start, stop):
             data = self.gather_slice(start, stop)
             with np.errstate(all="ignore"):
-                terms = np.asarray(thread_copy(f)(q, *data))
-            return found.scan(start, stop, data, terms)
+                values = evaluate(data)
+            return found.scan(start, stop, data, values)
 
         self.map_rows(one_chunk, lambda start, stop, rec: found.add(rec), chunk)
         found.raise_if_bad(names)
+        if terms is not None:
+            # the probes' terms in their chunks, from the model's own graph
+            probe_scan = RowScan(self.rows, probes)
+            for start in sorted({int(r) // chunk * chunk for r in probes}):
+                stop = min(start + chunk, self.n_rows)
+                data = self.gather_slice(start, stop)
+                with np.errstate(all="ignore"):
+                    probe_scan.add(probe_scan.scan(start, stop, data, compiled(data)))
+            found = probe_scan
         found.check_probes(self.loglik, q, names)
 
     # ------------------------------------------------------------------ model expressions

@@ -33,6 +33,7 @@ from pytensor.graph.replace import vectorize_graph
 
 from .batch_graph import lift_gathers, parameter_parts
 from .evaluate import thread_copy
+from ..passes import map_local
 from .glm import detect_glm, is_affine, sample_rows
 from ..kernels.bounds import UpperBounds
 from ..kernels.control_variates import TaylorProxy
@@ -242,6 +243,28 @@ class PredictorMap:
         return float(row_loglik(self.family, self.eta(v, data), y, self.params,
                                 derivatives=0)[0].sum())
 
+    def check_terms(self, v):
+        """For :meth:`~pymc_subsample.engine.likelihood.LikelihoodEngine.check_rows`:
+        ``terms(data)``, the rows' log-likelihood terms at ``v`` (up to a constant per
+        row) in NumPy, ``-inf`` where a response is outside the family's support, so
+        finite exactly where the model's own terms are; None when the family declares no
+        support (:attr:`~pymc_subsample.kernels.families.GLMFamily.support`)."""
+        fam = get_family(self.family)
+        if fam.support is None:
+            return None
+        v = np.asarray(v, dtype=np.float64)
+
+        def terms(data):
+            y = self.y(data)
+            if self.scale:
+                l0 = scale_row_loglik(self.family, *self.channels(v, data), y, self.params)[0]
+            else:
+                l0 = row_loglik(self.family, self.eta(v, data), y, self.params,
+                                derivatives=0)[0]
+            return np.where(fam.in_support(y), l0, -np.inf)
+
+        return terms
+
     def full_loglik_diff(self, v, v_prop, *, chunk: int = 65536) -> float:
         """``sum_i l_i(v') - l_i(v)`` over all rows, chunk by chunk in parallel (the
         engine's :meth:`map_rows`; the chunks are added in row order)."""
@@ -364,9 +387,9 @@ class PredictorLikelihood:
         if chunks is None:
             eng = self.engine
             eng.map_rows(lambda a, b: one_chunk(eng.gather_slice(a, b), a, b), add)
-        else:
-            for data in chunks:
-                add(0, 0, one_chunk(data))
+        else:  # a gathered subsample, in memory: this process's threads
+            for result in map_local(one_chunk, chunks):
+                add(0, 0, result)
         total, grad, hess = acc
         if hess is not None:
             hess = 0.5 * (hess + hess.T)
@@ -419,7 +442,7 @@ class _Subsample:
     def value(self, q) -> float:
         vmap = self.lik.vmap
         v = vmap.v(q)
-        return math.fsum(vmap.chunk_loglik(v, c) for c in self.chunks)
+        return math.fsum(map_local(lambda c: vmap.chunk_loglik(v, c), self.chunks))
 
 
 def affine_likelihood(engine, spec, q0):

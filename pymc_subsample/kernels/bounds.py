@@ -304,11 +304,17 @@ def predictor_constants(family, order: int, J, base, *, whiten=None, radius=None
     else:
         W = J @ whiten
         M = np.sqrt(np.einsum("ij,ij->i", W, W))  # row norms, without norm's temporaries
-    M = M * (1.0 + 1e-7)  # rounding margin: the differences of an affine function are exact
+    M *= 1.0 + 1e-7  # rounding margin: the differences of an affine function are exact
     if radius is not None:
-        width = M * radius + 1e-9 * (1.0 + np.abs(base))
+        width = np.abs(base)
+        width += 1.0
+        width *= 1e-9
+        width += M * radius
         C = local_sup(fam, order + 1, base - width, base + width, y=y, **params)
-        return C * M ** (order + 1)
+        out = C * M  # C M^(k+1), without a power ufunc
+        for _ in range(order):
+            out *= M
+        return out
     # e.g. f(eta) = g((y - eta) / sigma): the m-th derivative scales as sigma^-m
     scale, sup_params = _canonical_family(fam).global_sup_args(params)
     return glm_bound_constants(fam, M, order, scale=scale, **sup_params)

@@ -173,6 +173,10 @@ class GLMFamily:
         :meth:`local_sup` reads the rows' responses.
     unbounded : str
         Why there is no global bound (messages), when :meth:`sup_derivative` is absent.
+    support : {"binary", "count", "real"} or None
+        The responses the distribution gives positive mass or density: ``{0, 1}``, the
+        non-negative integers, the real line; None: not declared (the data checks then
+        run the model's compiled log density, :meth:`in_support`).
     param_labels : dict
         Names of parameters in messages.
     """
@@ -195,6 +199,7 @@ class GLMFamily:
     selector: tuple | None = None
     needs_y: bool = False
     unbounded: str = "its derivatives are unbounded over the whole line"
+    support: str | None = None
     param_labels = {"nu": "degrees of freedom nu", "sigma": "scale sigma"}
 
     # ----------------------------------------------------------------- capabilities
@@ -238,6 +243,18 @@ class GLMFamily:
         return FamilyCapabilityError(
             f"GLM family {self.name!r}: {what} (its {capability} is False; check it "
             "before asking for this part, or override the method to provide it).")
+
+    def in_support(self, y) -> np.ndarray | None:
+        """Where the responses ``y`` lie in the distribution's :attr:`support` (a boolean
+        array), or None when the family declares none."""
+        y = np.asarray(y)
+        if self.support == "binary":
+            return (y == 0) | (y == 1)
+        if self.support == "count":
+            return (y >= 0) & (y == np.floor(y))
+        if self.support == "real":
+            return np.isfinite(y)
+        return None
 
     def param_label(self, param: str) -> str:
         """The name of a distribution parameter in messages."""
@@ -451,21 +468,40 @@ class BernoulliLogit(GLMFamily):
     dist_params = ("p",)
     link, link_param = "logit", "p"
     link_hint = "a logit link (logit_p=eta)"
+    support = "binary"
 
     def sup_derivative(self, m, **params):
         """Cornish et al. (2019), eq. 12: class docstring."""
         return 0.25 if m == 2 else _LOGIT_SUP3
 
     def local_sup(self, m, lo, hi, *, y=None, **params):
-        """Region bound: ``|f''|`` peaks at 0, ``|f'''|`` at ``+-log(2 + sqrt 3)``."""
+        """Region bound. Both ``|f''| = p q`` and ``|f'''| = p q |p - q|`` (``p = s``,
+        ``q = 1 - s``) are even in ``eta``; in ``|eta|``, ``|f''|`` decreases from 0 and
+        ``|f'''|`` rises to its peak at ``log(2 + sqrt 3)`` and then falls. So each
+        supremum over ``[lo, hi]`` is the value at one point: the ``|eta|`` of the
+        interval nearest 0 (``m = 2``) or nearest the peak (``m = 3``), evaluated with
+        one ``expit`` of ``-|eta|`` (accurate in the tails)."""
+        lo = np.asarray(lo, dtype=np.float64)
+        hi = np.asarray(hi, dtype=np.float64)
+        alo, ahi = np.abs(lo), np.abs(hi)
+        # the |eta| reached on [lo, hi]: [near, far]
+        near = np.minimum(alo, ahi)
+        near[(lo <= 0.0) & (hi >= 0.0)] = 0.0
         if m == 2:
-            return _sup(lambda e: expit(e) * expit(-e), lo, hi, (0.0,))
-
-        def g3(e):
-            s = expit(e)
-            return s * (1.0 - s) * (1.0 - 2.0 * s)
-
-        return _sup(g3, lo, hi, (-_LOGIT_PEAK3, _LOGIT_PEAK3))
+            t = near
+        else:
+            t = np.maximum(alo, ahi)
+            np.minimum(t, _LOGIT_PEAK3, out=t)
+            np.maximum(t, near, out=t)
+        q = expit(-t)
+        p = 1.0 - q
+        p *= q  # p q
+        if m == 2:
+            return p
+        q *= -2.0
+        q += 1.0  # p - q = 1 - 2 q
+        p *= q
+        return p
 
     def row_loglik(self, eta, y, params, derivatives=2):
         """``l = y eta - log(1 + e^eta)``, ``l' = y - s``, ``l'' = -s (1 - s)``
@@ -493,6 +529,7 @@ class BernoulliProbit(GLMFamily):
 
     name = "bernoulli_probit"
     aliases = ("probit",)
+    support = "binary"
     label = "Bernoulli"
     description = "pm.Bernoulli(p=pm.math.invprobit(eta))"
     distribution = "BernoulliRV"
@@ -563,6 +600,7 @@ class StudentT(_FixedScale):
     neither depending on ``y``."""
 
     name = "student_t"
+    support = "real"
     aliases = ("studentt", "t")
     label = "StudentT"
     description = "pm.StudentT(nu, mu=eta, sigma) with nu and sigma fixed"
@@ -617,6 +655,7 @@ class Normal(_FixedScale):
     ``psi_i`` is 0 (the thinning test then never touches the data)."""
 
     name = "normal"
+    support = "real"
     aliases = ("gaussian",)
     label = "Normal"
     description = "pm.Normal(mu=eta, sigma) with sigma fixed"
@@ -651,6 +690,7 @@ class PoissonLog(GLMFamily):
     no global bound; increasing, so the supremum over an interval is ``exp(hi)``."""
 
     name = "poisson_log"
+    support = "count"
     aliases = ("poisson",)
     label = "Poisson"
     description = "pm.Poisson(mu=pm.math.exp(eta))"
@@ -709,6 +749,7 @@ class NormalScale(GLMFamily):
     """Normal regression with a sampled scale: ``mu = eta``, ``sigma = e^s``."""
 
     name = "normal_scale"
+    support = "real"
     label = "Normal"
     description = "pm.Normal(mu=eta, sigma) with sigma a positive free variable"
     distribution = "NormalRV"
@@ -732,6 +773,7 @@ class StudentTScale(GLMFamily):
     ``sigma = e^s``."""
 
     name = "student_t_scale"
+    support = "real"
     label = "StudentT"
     description = ("pm.StudentT(nu, mu=eta, sigma) with nu fixed and sigma a positive "
                    "free variable")
@@ -1455,3 +1497,6 @@ class ZeroInflatedNegBinomialLogit(GLMFamily):
 for _family in (ZeroInflatedNegBinomialLog, ZeroInflatedNegBinomialLogit):
     register(_family)
 del _family
+
+from . import family_zinb_alpha  # noqa: E402,F401  (registers zeroinflated_negbinomial_alpha)
+from . import family_student_nu  # noqa: E402,F401  (registers student_t_nu, student_t_nu_fixed_scale)

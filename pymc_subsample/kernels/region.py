@@ -22,6 +22,8 @@ Vectorised over rows; nothing here imports PyMC or PyTensor.
 
 from __future__ import annotations
 
+import functools
+import itertools
 import math
 
 import numpy as np
@@ -29,12 +31,14 @@ import numpy as np
 from .families import family_names, require
 from .interval import Interval
 
-__all__ = ["REGION_FAMILIES", "TWO_PARAM_FAMILIES", "local_sup", "local_sup2", "path_constant",
-           "path_constants"]
+__all__ = ["REGION_FAMILIES", "TWO_PARAM_FAMILIES", "local_sup", "local_sup2", "local_supd",
+           "multi_indices", "path_constant", "path_constant_d", "path_constants"]
 
-#: sub-box width and most sub-boxes per axis for the two-parameter region suprema
+#: sub-box width and most sub-boxes per axis for the region suprema of rows with
+#: several coordinates; at most _MAX_BOXES sub-boxes per row in all (8 x 8 for two)
 _PIECE_WIDTH = 0.1
 _MAX_PIECES = 8
+_MAX_BOXES = 64
 
 
 def __getattr__(name):
@@ -197,36 +201,189 @@ def path_constant(G: np.ndarray, a, b) -> np.ndarray:
     ndarray of float64, shape (n,)
     """
     G = np.asarray(G, dtype=np.float64)
-    m = G.shape[1] - 1
     a = np.asarray(a, dtype=np.float64)
     b = np.asarray(b, dtype=np.float64)
-    return sum(math.comb(m, j) * G[:, j] * a**j * b ** (m - j) for j in range(m + 1))
+    # multi_indices(m, 2) is (0, m), (1, m - 1), ..., (m, 0): G[:, j] is the j-th
+    return path_constant_d(G, np.stack(np.broadcast_arrays(a, b), axis=-1))
 
 
 def path_constants(family, order, J, base, y, *, whiten, radius, nu=None, **params):
-    """Path-bound constants ``M_i`` of a chunk of rows ``l(eta_i, s_i)`` on the whitened
-    ball of radius ``radius`` (the constants of
+    """Path-bound constants ``M_i`` of a chunk of rows ``l(c^1_i, ..., c^d_i)`` on the
+    whitened ball of radius ``radius`` (the constants of
     :func:`pymc_subsample.kernels.phi.path_phi`).
 
-    ``J = (J^eta, J^s)``: the exact Jacobians of the affine ``eta`` and log scale (rows x
-    coordinates); ``base = (eta_hat, s_hat)``: their values at the centre; ``whiten``:
-    ``L``. With ``a_i = ||J^eta_i L||`` and ``b_i = ||J^s_i L||``, the ball keeps row ``i``
-    in the box ``[eta_hat_i -+ a_i R] x [s_hat_i -+ b_i R]``, over which
-    :func:`local_sup2` bounds the partials and :func:`path_constant` combines them.
-    ``nu`` and ``params``: the family's fixed parameters. Used in ``q`` and in the
-    predictor coordinates alike.
+    ``J = (J^1, ..., J^d)``: the exact Jacobians of the row's affine coordinates (rows x
+    step coordinates): ``(J^eta, J^s)`` for a two-parameter row (linear predictor and
+    log scale), ``(J^eta, J^s, J^t)`` with a log degrees of freedom too; ``base``: their
+    values at the centre; ``whiten``: ``L``. With ``a^k_i = ||J^k_i L||``, the ball keeps
+    row ``i`` in the box ``prod_k [c^k_hat_i -+ a^k_i R]``, over which :func:`local_supd`
+    bounds the partials and :func:`path_constant_d` combines them. ``nu`` and
+    ``params``: the family's fixed parameters. Used in ``q`` and in the predictor
+    coordinates alike.
     """
-    (Je, Js), (e0, s0) = J, base
+    J, base = tuple(J), tuple(base)
+    if len(J) != len(base) or len(J) < 2:
+        raise ValueError(f"path_constants: J and base need one entry per row coordinate "
+                         f"(at least 2), got {len(J)} and {len(base)}.")
     # rounding margin: the differences of an affine function are exact
-    a = np.linalg.norm(Je @ whiten, axis=1) * (1.0 + 1e-7)
-    b = np.linalg.norm(Js @ whiten, axis=1) * (1.0 + 1e-7)
-    we = a * radius + 1e-9 * (1.0 + np.abs(e0))
-    ws = b * radius + 1e-9 * (1.0 + np.abs(s0))
-    # sub-boxes of width <= _PIECE_WIDTH (at most _MAX_PIECES per axis): interval
-    # evaluation's excess shrinks with the width; boxes narrow as N grows, so large
-    # data sets take one piece
-    pieces = tuple(int(min(_MAX_PIECES, max(1, math.ceil(2.0 * float(w.max()) / _PIECE_WIDTH))))
-                   for w in (we, ws))
-    G = local_sup2(family, order + 1, e0 - we, e0 + we, s0 - ws, s0 + ws, y=y, nu=nu,
-                   pieces=pieces, **params)
-    return path_constant(G, a, b)
+    A = np.column_stack([np.linalg.norm(Jk @ whiten, axis=1) * (1.0 + 1e-7) for Jk in J])
+    base = [np.asarray(c, dtype=np.float64) for c in base]
+    widths = [A[:, k] * radius + 1e-9 * (1.0 + np.abs(c)) for k, c in enumerate(base)]
+    G = local_supd(family, order + 1, [c - w for c, w in zip(base, widths)],
+                   [c + w for c, w in zip(base, widths)], y=y, nu=nu,
+                   pieces=_pieces_for(widths), **params)
+    return path_constant_d(G, A)
+
+
+def _pieces_for(widths):
+    """Sub-boxes per axis: width <= :data:`_PIECE_WIDTH` (at most :data:`_MAX_PIECES` per
+    axis and :data:`_MAX_BOXES` in all: over budget, a piece is taken off the axis whose
+    pieces it widens least).
+    Interval evaluation's excess shrinks with the width; boxes narrow as N grows, so
+    large data sets take one piece."""
+    want = [float(np.max(w)) * 2.0 if np.size(w) else 0.0 for w in widths]
+    pieces = [int(min(_MAX_PIECES, max(1, math.ceil(w / _PIECE_WIDTH)))) for w in want]
+    while math.prod(pieces) > _MAX_BOXES:
+        k = min((i for i in range(len(pieces)) if pieces[i] > 1),
+                key=lambda i: want[i] / (pieces[i] - 1))
+        pieces[k] -= 1
+    return tuple(pieces)
+
+
+# ---------------------------------------------------------------------------------------
+# rows with d coordinates (a linear predictor, a log scale, a log degrees of freedom, ...)
+# ---------------------------------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=None)
+def multi_indices(m: int, d: int) -> tuple:
+    """The multi-indices ``j = (j_1, ..., j_d)``, ``j_k >= 0``, ``|j| = m``, in ascending
+    lexicographic order: the order of the columns of :func:`local_supd`. For ``d = 2``
+    they are ``(0, m), (1, m - 1), ..., (m, 0)``: column ``j`` is the partial with ``j``
+    derivatives in the first coordinate, the order of
+    :meth:`~pymc_subsample.kernels.families.GLMFamily.box_partials`."""
+    return tuple(j for j in itertools.product(range(m + 1), repeat=d) if sum(j) == m)
+
+
+def _multinomial(j) -> int:
+    out, rest = 1, 0
+    for jk in j:
+        rest += jk
+        out *= math.comb(rest, jk)
+    return out
+
+
+def local_supd(family, m: int, lows, highs, *, y, nu=None, pieces=None,
+               **params) -> np.ndarray:
+    """Suprema of every m-th partial derivative of a row with ``d`` coordinates over a box.
+
+    For a row log density ``l(c^1, ..., c^d)``, returns ``G[:, r] >= sup |d^m l /
+    (dc^1)^(j_1) ... (dc^d)^(j_d)|`` over the box ``prod_k [lows[k], highs[k]]``, ``j``
+    the ``r``-th multi-index of :func:`multi_indices` ``(m, d)``, by interval evaluation
+    of the family's closed-form partials (:meth:`box_partials_d` of a family with
+    ``n_coords`` coordinates, or :meth:`~pymc_subsample.kernels.families.GLMFamily.
+    box_partials` for two), with a relative margin of ``1e-9`` for rounding.
+    ``pieces[k]`` splits axis ``k`` into sub-boxes and keeps the largest of their
+    bounds, which shrinks interval evaluation's overestimate (the dependency effect)
+    about ``pieces[k]``-fold. :func:`local_sup2` is the case ``d = 2``.
+
+    Parameters
+    ----------
+    family : str or GLMFamily
+        One of :data:`TWO_PARAM_FAMILIES`.
+    m : int
+        Derivative order ``k + 1``: 2 or 3.
+    lows, highs : sequence of d array_like, shape (n,)
+        The box of each row.
+    y : array_like, shape (n,)
+        Responses.
+    nu : float, optional
+        Student-t degrees of freedom (families with a fixed ``nu``).
+    pieces : sequence of d int, optional
+        Sub-boxes per axis (default one).
+    **params
+        Fixed parameters of the family.
+
+    Returns
+    -------
+    ndarray of float64, shape (n, len(multi_indices(m, d)))
+    """
+    m = int(m)
+    if m not in (2, 3):
+        raise ValueError(f"Derivative order m = k + 1 must be 2 or 3, got {m}.")
+    lows = [np.asarray(v, dtype=np.float64) for v in lows]
+    highs = [np.asarray(v, dtype=np.float64) for v in highs]
+    d = len(lows)
+    if len(highs) != d or d < 2:
+        raise ValueError(f"local_supd: lows and highs need the same number (>= 2) of "
+                         f"coordinates, got {len(lows)} and {len(highs)}.")
+    pieces = (1,) * d if pieces is None else tuple(int(p) for p in pieces)
+    if len(pieces) != d or any(p < 1 for p in pieces):
+        raise ValueError(f"pieces must be {d} positive integers, got {pieces!r}.")
+    fam = require(family, "box_bound",
+                  "local_supd: unknown family {family!r}; supported: {supported}.")
+    n_coords = int(getattr(fam, "n_coords", 2))
+    if n_coords != d:
+        raise ValueError(f"local_supd: family {fam.name!r} has {n_coords} row coordinates, "
+                         f"got a box of {d}.")
+    if nu is not None:
+        params["nu"] = nu
+    y = np.asarray(y, dtype=np.float64)
+    G = None
+    for cell in itertools.product(*(range(p) for p in pieces)):
+        boxes = []
+        for k, (i, p) in enumerate(zip(cell, pieces)):
+            lo, hi = lows[k], highs[k]
+            a = lo + (hi - lo) * (i / p)
+            b = hi if i == p - 1 else lo + (hi - lo) * ((i + 1) / p)
+            boxes.append(Interval(a, b))
+        if d == 2 and not hasattr(fam, "box_partials_d"):
+            parts = fam.box_partials(m, boxes[0], boxes[1], y, **params)
+        else:
+            parts = fam.box_partials_d(m, boxes, y, **params)
+        n = np.broadcast(*(bx.lo for bx in boxes), y).shape
+        part = np.column_stack([np.broadcast_to(p.abs_sup(), n) for p in parts])
+        if part.shape[1] != len(multi_indices(m, d)):
+            raise ValueError(f"family {fam.name!r} returned {part.shape[1]} partials of order "
+                             f"{m}, expected {len(multi_indices(m, d))}.")
+        G = part if G is None else np.maximum(G, part)
+    return G * (1.0 + 1e-9)
+
+
+def path_constant_d(G: np.ndarray, A) -> np.ndarray:
+    """``M_i`` of :func:`pymc_subsample.kernels.phi.path_phi` for a row of ``d`` coordinates.
+
+    A row depends on the whitened point ``z`` through ``c^k = c^k_hat + p_k . z``
+    (``k = 1..d``). For a unit ``v``, ``D^m l[v, ..., v] = sum_j multinomial(m; j)
+    d^j l prod_k (p_k . v)^(j_k)`` over the multi-indices ``|j| = m``, and
+    ``|p_k . v| <= a_k = ||p_k||`` (Cauchy-Schwarz), so with ``G[:, r]`` bounding the
+    ``r``-th partial (:func:`local_supd`)
+
+        |D^m l[v, ..., v]| <= sum_j multinomial(m; j) G_j prod_k a_k^(j_k) = M_i.
+
+    Parameters
+    ----------
+    G : ndarray, shape (n, len(multi_indices(m, d)))
+    A : array_like, shape (n, d)
+        ``a_k`` per row.
+
+    Returns
+    -------
+    ndarray of float64, shape (n,)
+    """
+    G = np.asarray(G, dtype=np.float64)
+    A = np.asarray(A, dtype=np.float64)
+    if A.ndim != 2:
+        raise ValueError(f"path_constant_d: A must be (rows, d), got shape {A.shape}.")
+    d = A.shape[1]
+    m = next((k for k in range(2, 8) if len(multi_indices(k, d)) == G.shape[1]), None)
+    if m is None:
+        raise ValueError(f"path_constant_d: {G.shape[1]} partials match no order for d = {d}.")
+    out = np.zeros(np.broadcast_shapes(G.shape[:1], A.shape[:1]))
+    for r, j in enumerate(multi_indices(m, d)):
+        term = _multinomial(j) * G[:, r]
+        for k, jk in enumerate(j):
+            if jk:
+                term = term * A[:, k] ** jk
+        out = out + term
+    return out

@@ -204,6 +204,11 @@ class SubsampleStep(DataGuard, ChainState, ArrayStepShared):
     stats_dtypes_shapes = {**BASE_STATS, **setting_stats(SETTINGS)}
     loglik_weight = 1.0  # 1 / temperature for tempered targets
 
+    #: the engine checks every row when it is built (:meth:`~pymc_subsample.engine.
+    #: likelihood.LikelihoodEngine.validate`); a step that sets this False must call
+    #: ``self.engine.validate`` first thing in its ``_setup``
+    ENGINE_CHECKS_ROWS = True
+
     def __init__(self, vars=None, *, tune=True, model=None, blocked=True, rng=None,
                  initial_point=None, init="laplace", steps_per_draw=1, compile_kwargs=None,
                  progressbar=None):
@@ -220,7 +225,8 @@ class SubsampleStep(DataGuard, ChainState, ArrayStepShared):
         vars = self._value_vars(vars, model)
         shared = make_shared_replacements(initial_point, vars, model)
         self.engine = LikelihoodEngine(model, vars, shared, compile_kwargs=compile_kwargs,
-                                       initial_point=initial_point)
+                                       initial_point=initial_point,
+                                       check=self.ENGINE_CHECKS_ROWS)
         # before the set-up passes read the data: a file changed while they run is then
         # caught when a chain starts
         self._watch_files()

@@ -47,8 +47,9 @@ class Bounds:
     region : float or None
         The region's radius in whitened units (None: global bounds).
     path : bool
-        Rows of two affine functions (a linear predictor and a log scale): the path
-        step factor.
+        Rows of two or more affine functions (a linear predictor and a log scale, and
+        a log degrees of freedom for ``student_t_nu``): the path step factor, with the
+        constants of :func:`pymc_subsample.kernels.region.path_constants`.
     """
 
     psi: np.ndarray

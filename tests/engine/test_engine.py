@@ -963,3 +963,48 @@ def test_full_loglik_diff_is_minus_inf_outside_the_support():
     far[[v.name for v in eng.vars].index("sigma_log__")] = -800.0  # exp(-800) == 0.0
     assert eng.full_loglik_diff(q, far) == -np.inf
     assert np.isfinite(eng.full_loglik_diff(q, q + 0.1))
+
+
+def test_large_constant_signatures_are_made_once_while_pymc_derives_a_log_density():
+    """PyTensor hashes a constant by a NaN-masked sum of all its values, anew at each
+    call; during ``model_logp`` a large constant's signature is made once and hashed from
+    a sample. Equality is unchanged: equal data are equal (and hash alike), any changed
+    value makes them differ, and NaN data still compare as PyTensor compares them."""
+    import pytensor.tensor as pt
+    from pymc_subsample.engine.analysis import _BIG_CONSTANT, _constant_signatures_once
+
+    a = np.linspace(0.0, 1.0, 3 * _BIG_CONSTANT + 7)
+    b = a.copy()
+    b[5] += 1.0  # not in the hashed sample (stride 3): equal hashes, unequal data
+    nan = a.copy()
+    nan[10] = np.nan
+    c_a, c_same, c_b = pt.constant(a), pt.constant(a.copy()), pt.constant(b)
+    c_nan, c_nan2 = pt.constant(nan), pt.constant(nan.copy())
+    small = pt.constant(np.arange(3.0))
+    with _constant_signatures_once():
+        sig = c_a.signature()
+        assert c_a.signature() is sig  # made once
+        assert sig == c_same.signature() and hash(sig) == hash(c_same.signature())
+        assert c_a.equals(c_same) and not c_a.equals(c_b)
+        assert c_nan.equals(c_nan2) and not c_nan.equals(c_a)
+        assert small.signature() is not small.signature()  # small constants: PyTensor's
+    assert c_a.signature() is not c_a.signature()  # PyTensor's own method is back
+
+
+def test_the_log_density_of_a_model_with_large_data_is_the_same_inside_the_context():
+    """The model's log density derived with the cached signatures evaluates as PyMC's."""
+    from pymc_subsample.engine.analysis import _BIG_CONSTANT, model_logp
+
+    rng = np.random.default_rng(0)
+    n = _BIG_CONSTANT + 100
+    X = rng.normal(size=(n, 2))
+    y = (rng.random(n) < 0.5).astype(int)
+    with pm.Model() as model:
+        b = pm.Normal("b", 0, 1, shape=2)
+        pm.Bernoulli("y", logit_p=pm.math.dot(X, b), observed=y)
+    point = {"b": np.array([0.3, -0.2])}
+    ours = model.compile_fn(model_logp(model, model.observed_RVs, sum=True),
+                            inputs=model.value_vars)(point)
+    theirs = model.compile_fn(model.logp(vars=model.observed_RVs),
+                              inputs=model.value_vars)(point)
+    np.testing.assert_allclose(ours, theirs, rtol=1e-12)

@@ -272,8 +272,8 @@ def test_auto_bounds_refusals_are_short_and_point_to_the_families_page():
             lambda X, y, b: pm.StudentT("y_obs", nu=3.0 + np.arange(300.0), mu=dot(X, b),
                                         sigma=1.0, observed=y),
             ("nu per row",)),
-        "a free nu": (
-            lambda X, y, b: pm.StudentT("y_obs", nu=pm.Exponential("nu", 0.1), mu=dot(X, b),
+        "a free nu whose log is not affine": (
+            lambda X, y, b: pm.StudentT("y_obs", nu=pm.Uniform("nu", 1.0, 30.0), mu=dot(X, b),
                                         sigma=1.0, observed=y),
             ("degrees of freedom nu", "free")),
         "a scale that is not log-affine": (

@@ -567,7 +567,7 @@ def test_auto_bounds_refuse_student_t_with_unknown_nu_and_non_log_scales():
     X = rng.standard_normal((500, 2))
     with pm.Model():
         b = pm.Normal("b", 0, 5, shape=2)
-        nu = pm.Exponential("nu", 0.1)
+        nu = pm.Uniform("nu", 1.0, 30.0)  # its log is not affine (a free nu's log is)
         pm.StudentT("y", nu=nu, mu=pm.math.dot(X, b), sigma=1.0,
                     observed=rng.standard_normal(500))
         with pytest.raises(ValueError, match="degrees of freedom nu") as err:

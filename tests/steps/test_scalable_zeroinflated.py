@@ -15,8 +15,9 @@ What is checked, for each of the four:
   reference of the posterior within ``Z_TOL`` Monte Carlo standard errors (order 2; order 1
   in the slow suite), with few rows read per step.
 
-A sampled ``alpha`` as well would make three row coordinates: it is refused
-(:func:`test_zinb_with_a_sampled_alpha_is_refused`). The bounds' formulas are checked
+A sampled ``alpha`` as well as a sampled ``psi`` would make three row coordinates: it is
+refused (:func:`test_zinb_with_a_sampled_alpha_is_refused`; with ``psi`` fixed a sampled
+``alpha`` is ``tests/steps/test_scalable_zinb_alpha.py``'s). The bounds' formulas are checked
 against autodiff on dense grids in ``tests/kernels/test_family_zeroinflated.py``.
 """
 
@@ -181,7 +182,8 @@ def test_zinb_with_a_sampled_alpha_is_refused():
     with pm.Model() as model:
         b = pm.Normal("b", 0.0, 1.0, shape=2)
         alpha = pm.HalfNormal("alpha", 2.0)
-        pm.ZeroInflatedNegativeBinomial("y", psi=0.7, mu=pm.math.exp(pm.math.dot(prob.X, b)),
+        psi = pm.Beta("psi", 2.0, 2.0)  # with psi fixed a sampled alpha is supported
+        pm.ZeroInflatedNegativeBinomial("y", psi=psi, mu=pm.math.exp(pm.math.dot(prob.X, b)),
                                         alpha=alpha, observed=prob.y)
     with pytest.raises(ValueError, match="shape alpha of observed 'y' depends on a free"):
         detect_glm(model)
