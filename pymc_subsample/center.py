@@ -148,9 +148,14 @@ WARM_ROWS = 20_000
 #: at most ``WARM_MAX`` (gathered once: 80 MB of float32 rows at d = 10). One full
 #: Newton step from the last one's answer, about ``sqrt(N / n)`` sds from the mode, lands
 #: within about ``sqrt(N) / n`` sds of it (quadratic convergence, with third derivatives
-#: of order ``N^-1/2`` in sd units): 0.01 at N = 10^6, 0.005 at 10^8
+#: of order ``N^-1/2`` in sd units): 0.01 at N = 10^6, 0.005 at 10^8. Beyond
+#: ``WARM_FLOOR`` rows a subsample of ``N / WARM_SPARSE`` is enough (0.016 sds at
+#: N = 10^7 with 200,000 rows): a larger one costs more than the Newton step gains
+#: (at N = 10^6, 20,000 rows left the centre one Hessian pass short of its tolerance)
 WARM_GROWTH = 8
 WARM_FRACTION = 10
+WARM_SPARSE = 50
+WARM_FLOOR = 100_000
 WARM_MAX = 1 << 21
 #: the predicted gain in log density at which a subsample's Newton stops (its mode is
 #: needed only to well within a posterior sd of the next, larger subsample's)
@@ -159,11 +164,12 @@ WARM_TOL = 0.05
 
 def warm_sizes(n_rows: int, warm_rows: int | None) -> list[int]:
     """Rows of the warm start's nested subsamples: ``warm_rows``, then ``WARM_GROWTH``
-    times more each, up to ``min(N / WARM_FRACTION, WARM_MAX)`` (none when
-    ``N <= 2 warm_rows``)."""
+    times more each, up to ``min(N / WARM_FRACTION, max(N / WARM_SPARSE, WARM_FLOOR),
+    WARM_MAX)`` (none when ``N <= 2 warm_rows``)."""
     if warm_rows is None or n_rows <= 2 * warm_rows:
         return []
-    sizes, target = [int(warm_rows)], min(n_rows // WARM_FRACTION, WARM_MAX)
+    sizes = [int(warm_rows)]
+    target = min(n_rows // WARM_FRACTION, max(n_rows // WARM_SPARSE, WARM_FLOOR), WARM_MAX)
     while sizes[-1] * WARM_GROWTH < target:
         sizes.append(sizes[-1] * WARM_GROWTH)
     if target > sizes[-1]:
@@ -206,9 +212,10 @@ def find_center(engine, start=None, *, tol: float = 1e-5, max_iter: int = 40,
     answer lies within about ``sqrt(N / n)`` posterior sds of the mode, where Newton
     converges quadratically. When the likelihood's Hessian passes are cheap
     (``cheap_hessian``: an ordinary GLM's NumPy row terms), Newton continues on nested
-    subsamples ``WARM_GROWTH`` times larger, up to ``N / WARM_FRACTION`` rows (each a few
+    subsamples ``WARM_GROWTH`` times larger, up to ``N / WARM_FRACTION`` rows (and at
+    most ``N / WARM_SPARSE`` beyond ``WARM_FLOOR``; each a few
     hundredths of a pass, :func:`warm_sizes`), so that the full data start within about
-    four posterior sds of the mode: one full Newton step then lands within a few
+    four to seven posterior sds of the mode: one full Newton step then lands within a few
     hundredths of an sd, and the next pass confirms it (two passes over all rows).
     Otherwise the full-data phase first takes Newton steps with the warm start's Hessian
     held fixed, each one gradient pass (about a sixth of a Hessian pass on a compiled

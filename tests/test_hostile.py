@@ -168,11 +168,14 @@ def test_scalable_checks_a_recognised_glm_on_numpy_terms_with_the_same_refusal(
     assert str(fast.value) == str(compiled.value)
 
 
-def test_scalable_numpy_row_check_still_compares_probe_rows_with_the_model_graph(monkeypatch):
+@pytest.mark.parametrize("defer", [False, True], ids=["own-pass", "deferred"])
+def test_scalable_numpy_row_check_still_compares_probe_rows_with_the_model_graph(
+        monkeypatch, defer):
     """The NumPy pass cannot see a coupling of the rows (its terms are per row by
     construction): the probe rows' chunks are evaluated by the compiled graph and
     compared with the rows alone. A graph whose terms depend on the batch size only
-    above 1,000 rows is caught there."""
+    above 1,000 rows is caught there, also when the scan of the other rows is deferred
+    to the mode search's first pass (ScalableMH)."""
     from pymc_subsample.engine.likelihood import LikelihoodEngine
 
     X, y = _data(n=5000)
@@ -184,7 +187,7 @@ def test_scalable_numpy_row_check_still_compares_probe_rows_with_the_model_graph
     monkeypatch.setattr(eng, "loglik", lambda q, rows: np.full(len(rows), -2.0))
     numpy_terms = lambda data: np.full(len(data[0]), -2.0)  # noqa: E731
     with pytest.raises(pms.ModelNotSupportedError, match="'?y'? does not factorise"):
-        eng.check_rows(eng.initial_q(), terms=numpy_terms)
+        eng.check_rows(eng.initial_q(), terms=numpy_terms, defer=defer)
 
 
 def test_scalable_falls_back_to_the_compiled_row_check_without_a_declared_support(
@@ -375,3 +378,45 @@ def test_sgld_max_memory_must_be_a_number_of_bytes(max_memory):
     with _logistic(X, y), pytest.raises(ValueError, match="max_memory must be a positive "
                                                          "number of bytes"):
         pms.SGLD(gradient="saga", max_memory=max_memory)
+
+
+def test_scalable_deferred_row_check_runs_before_the_hierarchical_sweep():
+    """ScalableMH defers its scan of the rows to the mode search's first pass; a model
+    that takes the blocked hierarchical sweep instead (no such pass) still has every row
+    checked before the sweep reads them: a response outside the support is refused."""
+    import pymc as pm
+
+    from pymc_subsample.engine import likelihood
+
+    rng = np.random.default_rng(8)
+    n, groups, chunk = 330_000, 8, 65536
+    g = rng.integers(0, groups, n)
+    x = rng.normal(size=n)
+    y = (rng.random(n) < 0.5).astype(np.int64)
+    # a bad row in a chunk without probe rows (check_rows's seed): only the deferred
+    # scan of all rows can see it
+    probes = np.random.default_rng(2468).choice(n, size=4, replace=False)
+    free = sorted(set(range(0, n, chunk)) - {int(r) // chunk * chunk for r in probes})
+    bad = free[0] + 2777
+    y[bad] = 3
+    ran = []
+    original = likelihood.DeferredRowCheck.run
+    with pm.Model():
+        mu = pm.Normal("mu", 0, 1)
+        tau = pm.HalfNormal("tau", 1)
+        a = pm.Normal("a", mu, tau, shape=groups)
+        b = pm.Normal("b", 0, 1)
+        pm.Bernoulli("y", logit_p=a[g] + b * x, observed=y)
+        try:
+            likelihood.DeferredRowCheck.run = lambda self: ran.append(1) or original(self)
+            with pytest.raises(pms.InvalidDataError, match=rf"row\(s\) {bad} "):
+                step = pms.ScalableMH
+                step._before_sweep, before = (
+                    lambda self: ran.append("sweep") or before(self)), step._before_sweep
+                try:
+                    step()
+                finally:
+                    step._before_sweep = before
+        finally:
+            likelihood.DeferredRowCheck.run = original
+    assert ran == ["sweep", 1]  # the sweep was chosen; the deferred check refused the row

@@ -63,8 +63,10 @@ class PassCounter:
 def test_every_step_is_set_up_in_three_passes_over_the_data(tall, name, monkeypatch):
     """On an ordinary GLM a step reads all rows three times when it is built: the data
     check, the Newton pass at the warm start, and the pass at the centre (which also
-    gives the control variates' sums and, for ScalableMH, the bound constants). A second
-    construction on the same model compiles nothing."""
+    gives the control variates' sums and, for ScalableMH, the bound constants).
+    ScalableMH reads them twice: its data check rides on the first of the mode search's
+    passes (``DeferredRowCheck``). A second construction on the same model compiles
+    nothing."""
     cls = getattr(pms, name)
     with tall, warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -75,7 +77,7 @@ def test_every_step_is_set_up_in_three_passes_over_the_data(tall, name, monkeypa
         monkeypatch.setattr(evaluate.BatchFunctions, "function",
                             lambda self, *a, **k: made.append(a) or original(self, *a, **k))
         step = cls()
-    assert passes.count == 3, passes.count
+    assert passes.count == (2 if name == "ScalableMH" else 3), passes.count
     assert step.center.converged and step.center.n_passes == 2
     assert made == []
 
@@ -89,7 +91,7 @@ def test_the_pass_count_test_catches_an_extra_pass(tall, monkeypatch):
         warnings.simplefilter("ignore")
         passes = PassCounter(monkeypatch)
         pms.ScalableMH()
-    assert passes.count == 4
+    assert passes.count == 3
 
 
 def test_centre_within_its_tolerance_of_the_mode(tall):

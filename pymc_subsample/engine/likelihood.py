@@ -22,7 +22,8 @@ import pymc as pm
 from pymc.pytensorf import join_nonshared_inputs, make_shared_replacements
 from pymc.util import get_value_vars_from_user_vars
 
-from .analysis import RowScan, analyse_model, check_factorises, data_fingerprint
+from .analysis import (ModelNotSupportedError, RowScan, analyse_model, check_factorises,
+                       data_fingerprint)
 from .batch_graph import BatchGraph, JoinedGraph
 from .evaluate import BatchFunctions, thread_copy
 
@@ -116,18 +117,25 @@ class LikelihoodEngine(BatchFunctions):
         if check:
             self.validate()
 
-    def validate(self, *, terms=None):
+    def validate(self, *, terms=None, defer: bool = False):
         """The construction's data checks at the initial point: :meth:`check_rows` (every
         row), then :func:`~pymc_subsample.engine.analysis.check_factorises` (a few rows
-        alone and in batches). ``terms``: see :meth:`check_rows`. A step that builds its
+        alone and in batches). ``terms``, ``defer``: see :meth:`check_rows`; returns its
+        :class:`DeferredRowCheck` (None when nothing is deferred). A step that builds its
         engine with ``check=False`` calls this itself, before its set-up reads the data
         otherwise."""
         q = self.initial_q()
         # the data first: a NaN covariate makes PyMC's parameter checks (one switch
         # over the whole batch) fail every row of a batch that holds it
-        self.check_rows(q, terms=terms)
-        check_factorises(self.loglik, self.n_rows, q,
-                         [rv.name for rv in self.model.observed_RVs])
+        pending = self.check_rows(q, terms=terms, defer=defer)
+        try:
+            check_factorises(self.loglik, self.n_rows, q,
+                             [rv.name for rv in self.model.observed_RVs])
+        except ModelNotSupportedError:
+            if pending is not None:
+                pending.run()  # bad data is the better explanation: it raises first
+            raise
+        return pending
 
     def _graph_token(self, point) -> tuple:
         """What the compiled functions are built from (:meth:`~pymc_subsample.engine.
@@ -145,7 +153,7 @@ class LikelihoodEngine(BatchFunctions):
             self.row_dim, self.n_rows, repr(sorted(self.compile_kwargs.items())),
         )
 
-    def check_rows(self, q, *, chunk: int = 65536, terms=None):
+    def check_rows(self, q, *, chunk: int = 65536, terms=None, defer: bool = False):
         """One pass over all rows (:meth:`map_rows`) that refuses data the steps cannot
         sample: NaN or infinite float data, and rows whose log-likelihood term at ``q``
         is not finite (observations outside the support: NUTS refuses these too). It
@@ -159,6 +167,11 @@ class LikelihoodEngine(BatchFunctions):
         check_terms`). The pass then runs on it, in parallel (the compiled graph holds
         Python's lock and ran a pass 4x slower on two threads), and the probe rows'
         chunks alone are evaluated by the compiled graph for the comparison.
+
+        ``defer`` (with ``terms``): check the probes' chunks now, and return a
+        :class:`DeferredRowCheck` whose scan of the other rows rides on the set-up's first
+        pass over all rows (the mode search's), instead of a pass of its own; it raises
+        from that pass as this method would. Without anything to defer, None.
 
         Raises
         ------
@@ -180,6 +193,12 @@ class LikelihoodEngine(BatchFunctions):
             return np.asarray(thread_copy(f)(q, *data))
 
         evaluate = compiled if terms is None else terms
+        if defer and terms is not None:
+            pending = DeferredRowCheck(self, q, terms, chunk)
+            if self._probe_chunks_clean(q, probes, chunk, compiled, terms, names):
+                return pending
+            pending.run()  # bad data in a probe's chunk: the full pass names it
+            return None
 
         def one_chunk(start, stop):
             data = self.gather_slice(start, stop)
@@ -199,6 +218,23 @@ class LikelihoodEngine(BatchFunctions):
                     probe_scan.add(probe_scan.scan(start, stop, data, compiled(data)))
             found = probe_scan
         found.check_probes(self.loglik, q, names)
+
+    def _probe_chunks_clean(self, q, probes, chunk, compiled, terms, names) -> bool:
+        """:meth:`check_rows` with ``defer``: the probes' chunks scanned with ``terms`` and
+        the model's own graph, and the probes compared with their rows computed alone.
+        False (nothing compared) when these chunks hold data the full scan must name."""
+        probe_scan = RowScan(self.rows, probes)
+        for start in sorted({int(r) // chunk * chunk for r in probes}):
+            stop = min(start + chunk, self.n_rows)
+            data = self.gather_slice(start, stop)
+            with np.errstate(all="ignore"):
+                own = compiled(data)
+                rec = probe_scan.scan(start, stop, data, terms(data))
+                if rec[0] or rec[1] or not np.all(np.isfinite(own)):
+                    return False
+                probe_scan.add(probe_scan.scan(start, stop, data, own))
+        probe_scan.check_probes(self.loglik, q, names)
+        return True
 
     # ------------------------------------------------------------------ model expressions
     def to_batch(self, outputs):
@@ -298,3 +334,38 @@ class LikelihoodEngine(BatchFunctions):
         lines += [f"  row data: {r.name}" for r in self.rows]
         lines.append("  step variables: " + ", ".join(v.name for v in self.vars))
         return "\n".join(lines)
+
+
+class DeferredRowCheck:
+    """The rest of :meth:`LikelihoodEngine.check_rows`'s pass, riding on another pass over
+    all rows (``check_rows(..., defer=True)``): that pass calls :meth:`scan` on each of its
+    chunks with ``ok``, per row ``0`` where the row's response is in the family's support
+    and ``-inf`` elsewhere, and :meth:`add` on the records in row order, then
+    :meth:`finish` with whether its own sum of the rows' terms was finite. Any row found
+    (NaN or infinite data, a response outside the support) or a non-finite sum runs
+    :meth:`run`, the full check, which raises naming the rows (or passes: a sum can
+    overflow at a far point of the mode search). A check no pass took runs by itself
+    (:meth:`run`) before the set-up goes on."""
+
+    def __init__(self, engine, q, terms, chunk):
+        self.engine, self.q, self.terms, self.chunk = engine, q, terms, chunk
+        self.found = RowScan(engine.rows, np.empty(0, dtype=np.int64))
+        #: what the pass's workers call, ``scan(start, stop, data, ok) -> record``: a
+        #: scanner without the row data, so that it pickles small for a client's workers
+        self.scan = RowScan((), np.empty(0, dtype=np.int64)).scan
+        self.done = False
+
+    def add(self, record):
+        self.found.add(record)
+
+    def finish(self, total_finite: bool):
+        """After the pass: the full check if anything looked wrong."""
+        if self.found.bad_data or self.found.bad_terms or not total_finite:
+            self.run()
+        self.done = True
+
+    def run(self):
+        """The full check (:meth:`LikelihoodEngine.check_rows` with these terms): raises
+        :class:`~pymc_subsample.engine.analysis.InvalidDataError` naming the rows."""
+        self.done = True
+        self.engine.check_rows(self.q, chunk=self.chunk, terms=self.terms)

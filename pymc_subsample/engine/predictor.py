@@ -91,6 +91,10 @@ class PredictorMap:
     #: ``v(q) == q[select]`` exactly (the parts are the sampled variables themselves, as
     #: in an ordinary GLM): indexing instead of a compiled call, several per step
     _select: np.ndarray | None = None
+    #: index ``k`` of a row-data array with ``eta = data[k] @ v`` exactly (an ordinary GLM
+    #: written ``X @ beta``), whose rows are then the Jacobian, read in place
+    #: (:meth:`jacobian`); -1 when there is none; None until :meth:`design_index` looks
+    _design: int | None = None
 
     def v(self, q) -> np.ndarray:
         """The predictor coordinates at ``q``."""
@@ -207,15 +211,58 @@ class PredictorMap:
         return is_affine(lambda v: np.concatenate(np.atleast_2d(self.channels(v, data))),
                          v_hat, rng)
 
+    def design_index(self) -> int | None:
+        """The index in a batch of row data of the array ``X`` with ``eta = X v`` (the
+        model's linear predictor is exactly ``X @ beta`` in these coordinates), or None.
+
+        Found once, on 64 rows (the first and last, and random ones: a fixed seed, set-up
+        not sampling), from the batch graph: ``eta(0) = 0``, ``eta(e_j)`` equal to column
+        ``j`` of ``X`` bit for bit, and ``eta(w) = X w`` at a random ``w``. ``eta`` is
+        affine in ``v`` (checked when the map is built), so these determine it."""
+        if self._design is None:
+            self._design = self._find_design()
+        return self._design if self._design >= 0 else None
+
+    def _find_design(self) -> int:
+        if self.scale:
+            return -1
+        n, p = self.engine.n_rows, self.size
+        rng = np.random.default_rng(1357)  # set-up check, not sampling
+        rows = np.unique(np.concatenate([np.arange(min(n, 8)), [n - 1], rng.choice(
+            n, size=min(n, 55), replace=False)])).astype(np.int64)
+        data = self.engine.gather(rows)
+        w = rng.standard_normal(p)
+        try:
+            out = np.asarray(self.channels_at(np.vstack([np.zeros(p), np.eye(p), w]), data),
+                             dtype=np.float64)
+        except Exception:  # noqa: BLE001 - the differences of the graph stay the reference
+            return -1
+        if out.shape != (p + 2, rows.size) or np.any(out[0] != 0.0):
+            return -1
+        cols = out[1:-1].T
+        for k, arr in enumerate(data):
+            arr = np.asarray(arr)
+            if (arr.shape == cols.shape and arr.dtype.kind == "f"
+                    and np.array_equal(arr.astype(np.float64, copy=False), cols)
+                    and np.allclose(arr @ w, out[-1], rtol=1e-12, atol=1e-12)):
+                return k
+        return -1
+
     def jacobian(self, v, data):
         """The rows' values at ``v`` (:meth:`channels`) and their exact Jacobian in ``v``
         (columns ``eta(v + e_j) - eta(v)``: ``eta`` is affine in ``v``); pairs
         ``(eta, s)``, ``(A, B)`` with a log scale.
 
-        The ``p + 1`` points are evaluated in one call of the batch graph vectorised over
-        ``v`` (for ``eta = X v`` one matrix product ``X [v, v + e_1, ...]``, which reads
-        the chunk once instead of ``p + 1`` times)."""
+        For ``eta = X v`` (:meth:`design_index`) the Jacobian is the chunk of ``X``
+        itself, read in place, and ``eta = X v`` one matrix-vector product. Otherwise the
+        ``p + 1`` points are evaluated in one call of the batch graph vectorised over
+        ``v`` (for an intercept and ``X`` one matrix product ``X [v, v + e_1, ...]``,
+        which reads the chunk once instead of ``p + 1`` times)."""
         v = np.asarray(v, dtype=np.float64)
+        k = self.design_index()
+        if k is not None:
+            J = np.asarray(data[k], dtype=np.float64)
+            return J @ v, J
         out = self.channels_at(np.vstack([v, v + np.eye(self.size)]), data)
         channels = list(out) if self.scale else [out]
         base = [c[0].copy() for c in channels]
@@ -265,6 +312,13 @@ class PredictorMap:
 
         return terms
 
+    def support_ok(self, data) -> np.ndarray:
+        """Per row ``0`` where the response is in the family's support, ``-inf`` elsewhere
+        (the ``ok`` of :class:`~pymc_subsample.engine.likelihood.DeferredRowCheck`; the
+        family declares its support)."""
+        y = self.y(data)
+        return np.where(get_family(self.family).in_support(y), 0.0, -np.inf)
+
     def full_loglik_diff(self, v, v_prop, *, chunk: int = 65536) -> float:
         """``sum_i l_i(v') - l_i(v)`` over all rows, chunk by chunk in parallel (the
         engine's :meth:`map_rows`; the chunks are added in row order)."""
@@ -288,6 +342,7 @@ class PredictorMap:
         scale, ``J`` and ``eta_hat`` are pairs: ``(A, B)`` and ``(eta_hat, s_hat)``.
         """
         eng, p = self.engine, self.size
+        self.design_index()  # found once, before the pass's threads read it
         sums = [np.zeros(p), np.zeros((p, p)) if order == 2 else None]
         psi = UpperBounds(eng.n_rows)
 
@@ -323,6 +378,9 @@ class PredictorLikelihood:
     #: a Hessian pass costs about a gradient pass here (both need the rows' Jacobian), so
     #: the mode search takes exact Newton steps from its warm start
     cheap_hessian = True
+    #: a :class:`~pymc_subsample.engine.likelihood.DeferredRowCheck` that rides on the next
+    #: pass over all rows (:meth:`_pass`), set by the step; None once taken
+    row_check = None
 
     def __init__(self, engine, vmap, q0):
         self.engine, self.vmap = engine, vmap
@@ -330,6 +388,7 @@ class PredictorLikelihood:
         v0 = vmap.v(q0)
         eye = np.eye(q0.size)
         self.A = np.column_stack([vmap.v(q0 + eye[j]) - v0 for j in range(q0.size)])
+        vmap.design_index()  # found once here, before the passes' threads read it
 
     # the rest of the mode search's interface: the engine's
     @property
@@ -369,6 +428,9 @@ class PredictorLikelihood:
         acc = [0.0, 0.0, 0.0]
         # the workers get the rider's chunk function only (it pickles: no lock inside)
         rider_chunk = None if rider is None else rider.chunk
+        check = self.row_check if chunks is None else None
+        self.row_check = None if check is not None else self.row_check
+        scan = None if check is None else check.scan
 
         def add(start, stop, result):
             val, g, h = result[:3]
@@ -376,13 +438,18 @@ class PredictorLikelihood:
             acc[2] = acc[2] + h if order == 2 else None
             if rider is not None:
                 rider.add(start, stop, result[3])
+            if check is not None:
+                check.add(result[-1])
 
         def one_chunk(data, start=0, stop=0):
             base, J = vmap.jacobian(v, data)
             out = vmap.chunk_sums(v, data, order, base=base, J=J)
-            if rider_chunk is None:
-                return out
-            return (*out, rider_chunk(J, base, vmap.y(data), start, stop))
+            if rider_chunk is not None:
+                out = (*out, rider_chunk(J, base, vmap.y(data), start, stop))
+            if scan is not None:
+                with np.errstate(all="ignore"):
+                    out = (*out, scan(start, stop, data, vmap.support_ok(data)))
+            return out
 
         if chunks is None:
             eng = self.engine
@@ -391,6 +458,8 @@ class PredictorLikelihood:
             for result in map_local(one_chunk, chunks):
                 add(0, 0, result)
         total, grad, hess = acc
+        if check is not None:  # raises naming the rows, as the engine's own check does
+            check.finish(bool(np.isfinite(total) and np.all(np.isfinite(grad))))
         if hess is not None:
             hess = 0.5 * (hess + hess.T)
         if rider is not None:

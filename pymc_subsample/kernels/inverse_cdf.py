@@ -51,6 +51,9 @@ class InverseCDFTable:
         Nonnegative, finite weights with a positive sum (e.g. ``psi_i``). Only read.
     chunk : int, default 2**20
         Rows per chunk of the construction's passes.
+    map_fn : callable, optional
+        ``map_fn(fn, items) -> list``: how the chunks' work is mapped (e.g. on threads:
+        NumPy releases the GIL in it); default serial. The table does not depend on it.
 
     Attributes
     ----------
@@ -64,7 +67,7 @@ class InverseCDFTable:
 
     __slots__ = ("n", "total", "cumulative")
 
-    def __init__(self, weights, *, chunk: int = 1 << 20):
+    def __init__(self, weights, *, chunk: int = 1 << 20, map_fn=None):
         w = weights if isinstance(weights, np.ndarray) else np.asarray(weights, np.float64)
         if w.ndim != 1:
             raise ValueError(f"the weights must be a 1-D array, got shape {w.shape}.")
@@ -79,12 +82,22 @@ class InverseCDFTable:
         total_scaled = math.fsum(float(np.sum(w[s:e] / np.float64(wmax))) for s, e in ranges)
         scale = np.float64(_GRID / total_scaled / wmax)
         cum = np.empty(n, dtype=np.int64)
-        carry = 0
-        for s, e in ranges:
+        run = map_fn if map_fn is not None else (lambda fn, items: [fn(i) for i in items])
+
+        def block(k):  # a chunk's own cumulative sum; its last value
+            s, e = ranges[k]
             units = np.ceil(w[s:e] * scale).astype(np.int64)  # float64 whatever w's type
             np.cumsum(units, out=cum[s:e])
-            cum[s:e] += carry
-            carry = int(cum[e - 1])
+            return int(cum[e - 1])
+
+        last = run(block, range(len(ranges)))
+        carries = np.cumsum([0] + last[:-1]).tolist()  # exact: the total is below 2**62
+
+        def shift(k):
+            if carries[k]:
+                cum[ranges[k][0]:ranges[k][1]] += carries[k]
+
+        run(shift, range(len(ranges)))
         self.n = n
         self.total = float(total_scaled * wmax)
         self.cumulative = cum

@@ -159,6 +159,7 @@ class MHStep(SubsampleStep):
         self.hierarchy = found
         if isinstance(found, str):
             return False
+        self._before_sweep()
         self.sweep = HierarchicalSweep(self.engine, found)
         if getattr(self, "_steps_per_draw_default", False):  # a step's own default
             self.steps_per_draw = 1
@@ -166,6 +167,10 @@ class MHStep(SubsampleStep):
         self.control = NoControlVariate(self.engine)
         self._sweep_attributes()
         return True
+
+    def _before_sweep(self):
+        """Called once the sweep is chosen, before it reads the rows (a step's pending data
+        checks run here)."""
 
     def _sweep_attributes(self):
         """Set what :meth:`settings` reads when the sweep replaces the step's set-up."""

@@ -229,6 +229,10 @@ class ScalableMH(MHStep):
     def _setup(self):
         self._check_rows()
         super()._setup()
+        self._take_row_check()  # whatever path the set-up took, the rows were checked
+
+    def _before_sweep(self):
+        self._take_row_check()
 
     def _check_rows(self):
         """The engine's data checks (:meth:`~pymc_subsample.engine.likelihood.
@@ -237,17 +241,33 @@ class ScalableMH(MHStep):
         family's NumPy row terms, in parallel, instead of the model's compiled graph,
         which holds Python's lock (0.8 s of a 5 s set-up at N = 10^7); the probe rows
         are still compared with the compiled graph."""
-        eng, terms = self.engine, None
+        eng, terms, found = self.engine, None, None
         if isinstance(self._bounds_arg, str) and self.bound_form == "whitened":
             try:
                 specs = detect_glms(eng.model)
                 q0 = eng.initial_q()
-                vmap = affine_likelihood(eng, specs[0], q0)[0] if len(specs) == 1 else None
+                if len(specs) == 1:
+                    found = (specs[0], *affine_likelihood(eng, specs[0], q0))
             except ValueError:  # not recognised: the set-up says why, after the checks
-                vmap = None
-            if vmap is not None:
-                terms = vmap.check_terms(vmap.v(q0))
-        eng.validate(terms=terms)
+                found = None
+            if found is not None and found[1] is not None:
+                terms = found[1].check_terms(found[1].v(q0))
+        #: the scan of every row rides on the mode search's first pass over all rows
+        #: (``DeferredRowCheck``; None: done here), and the map found for it is reused
+        self._row_check = eng.validate(terms=terms, defer=terms is not None)
+        self._affine_found = found if self._row_check is not None else None
+
+    def _take_row_check(self, lik=None):
+        """Hand the deferred row check to ``lik``'s next pass over all rows, or (``lik``
+        None, or a check that no pass took) run it now."""
+        check, self._row_check = self._row_check, None
+        if check is None or check.done:
+            return
+        if lik is not None and hasattr(lik, "row_check"):
+            lik.row_check = check
+            self._row_check = check  # run by the next call if no pass took it
+        else:
+            check.run()
 
     def _sweep_attributes(self):
         self.truncation = (
@@ -278,8 +298,13 @@ class ScalableMH(MHStep):
         # an ordinary GLM: the mode search's passes use the predictor coordinates' NumPy
         # row terms instead of compiling the engine's Hessian graph
         affine_map, lik, rider = None, eng, None
+        found, self._affine_found = self._affine_found, None
         if self._glm_spec is not None and whitened:
-            affine_map, lik = affine_likelihood(eng, self._glm_spec, eng.initial_q())
+            if found is not None and _same_spec(found[0], self._glm_spec):
+                affine_map, lik = found[1:]
+            else:
+                affine_map, lik = affine_likelihood(eng, self._glm_spec, eng.initial_q())
+        self._take_row_check(lik if affine_map is not None else None)
         if affine_map is not None:
             # the bound constants ride on the mode search's last pass (BoundsRider)
             spec, order, region = self._glm_spec, self.order, self._region_arg
@@ -292,6 +317,7 @@ class ScalableMH(MHStep):
             lik, eng, self._center_arg, "the centre of the control variates and bounds",
             "the bounds hold but may be loose, so the test may read many rows. Pass center= "
             "(e.g. from pm.find_MAP).", rider=rider, tol=setup.SCALABLE_CENTER_TOL)
+        self._take_row_check()  # no pass over all rows took it (e.g. center= given)
         rider_done = self.center.rider
         # the step keeps no rider: it holds a lock (pickling for spawned workers) and the
         # pass's temporaries
@@ -417,3 +443,11 @@ class ScalableMH(MHStep):
             data_used=int(res.data_used), n_batches=int(res.data_used > 0),
             first_factor=first,
             extras={"poisson_rate": float(res.poisson_rate), "fallback": bool(res.fallback)})
+
+
+def _same_spec(a, b) -> bool:
+    """Whether two recognitions of the same model found the same GLM (the observed
+    variable and its family; the graphs are the model's, so these determine the rest)."""
+    return (type(a) is type(b) and getattr(a, "observed", None) == getattr(b, "observed", 0)
+            and str(getattr(a, "family", None)) == str(getattr(b, "family", 0))
+            and getattr(a, "two_param", None) == getattr(b, "two_param", 0))

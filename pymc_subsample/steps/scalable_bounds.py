@@ -22,6 +22,7 @@ import scipy.linalg as sla
 from ..engine.glm import chunk_psi, eta_is_affine, glm_psi, two_param_chunk_psi
 from ..engine.predictor import covered_predictor_map
 from ..kernels.inverse_cdf import InverseCDFTable
+from ..passes import map_local
 from ..kernels.bounds import UpperBounds
 from ..kernels.control_variates import TaylorProxy
 from ..kernels.families import auto_refusal
@@ -65,7 +66,8 @@ class Bounds:
                 f"ScalableMH: the bound constants must be one finite value >= 0 per row, "
                 f"got shape {self.psi.shape} with values outside [0, inf).")
         self.psi_total = float(self.psi.sum(dtype=np.float64))  # psi may be float32
-        self.table = InverseCDFTable(self.psi) if self.psi_total > 0 else None
+        self.table = (InverseCDFTable(self.psi, map_fn=map_local) if self.psi_total > 0
+                      else None)
 
     def phi(self, q, q_prop, x, x_prop, center, theta_hat):
         """``(phi, outside)``: the step factor of the pair (``x``: the control variates'

@@ -490,3 +490,42 @@ def test_proposal_kwargs_reach_the_default_surrogate_hmc():
         assert step.proposal.max_steps == 7
         with pytest.raises(TypeError, match="default proposal 'surrogate_hmc'"):
             pms.AustereMH(proposal_kwargs={"rho": 0.5})
+
+
+def test_the_design_matrix_is_the_jacobian_only_for_eta_equal_to_x_beta():
+    """``eta = X @ beta``: the Jacobian is ``X``'s chunk itself, read in place, and the
+    predictors equal the graph's. With an intercept or an offset the graph's
+    differences stay in use (no design found)."""
+    import pymc as pm
+
+    from pymc_subsample.engine import LikelihoodEngine
+    from pymc_subsample.engine.glm import detect_glm
+    from pymc_subsample.engine.predictor import predictor_map
+
+    rng = np.random.default_rng(21)
+    X = rng.normal(size=(3000, 3))
+    y = (rng.random(3000) < 0.4).astype(np.int64)
+    offset = rng.normal(size=3000)
+
+    def build(form):
+        with pm.Model() as m:
+            b = pm.Normal("b", 0, 1, shape=3)
+            eta = {"plain": lambda: X @ b, "intercept": lambda: pm.Normal("a", 0, 1) + X @ b,
+                   "offset": lambda: offset + X @ b}[form]()
+            pm.Bernoulli("y", logit_p=eta, observed=y)
+        with m:
+            eng = LikelihoodEngine()
+        return eng, predictor_map(eng, detect_glm(m))
+
+    eng, vmap = build("plain")
+    assert vmap.design_index() is not None
+    data = eng.gather_slice(100, 900)
+    v = rng.normal(size=vmap.size)
+    base, J = vmap.jacobian(v, data)
+    assert np.shares_memory(J, data[vmap.design_index()]) or np.array_equal(J, X[100:900])
+    vmap._design = -1  # the graph's differences, for comparison
+    base_g, J_g = vmap.jacobian(v, data)
+    np.testing.assert_allclose(J, J_g, atol=1e-12)
+    np.testing.assert_allclose(base, base_g, rtol=1e-12, atol=1e-12)
+    for form in ("intercept", "offset"):
+        assert build(form)[1].design_index() is None, form

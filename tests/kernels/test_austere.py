@@ -21,6 +21,9 @@ from pymc_subsample.kernels.rows import RowSampler
 from tests.conftest import REPO as ROOT
 from tests.conftest import PermutationSampler
 
+#: pure NumPy numerics: CI runs them on Python 3.11 only (see pyproject's markers)
+pytestmark = pytest.mark.numerics
+
 
 def gaussian_mean_population(n, seed, step=0.01):
     """l_i for a Gaussian-mean model x_i ~ N(0.3, 1), theta = x_bar, theta' = theta + step."""

@@ -19,6 +19,9 @@ from pymc_subsample.kernels.austere_error import standardized_mean
 from pymc_subsample.kernels.austere import austere_test
 from tests.conftest import PermutationSampler
 
+#: pure NumPy numerics: CI runs them on Python 3.11 only (see pyproject's markers)
+pytestmark = pytest.mark.numerics
+
 
 def simulate(n, m, epsilon, mu_std, reps, seed, sigma=0.01):
     """Run the kernel on a finite Gaussian population with a known mu_std (Fig. 1)."""

@@ -28,6 +28,9 @@ from pymc_subsample.kernels.barker_correction import (
 from pymc_subsample.kernels.rows import RowSampler
 from tests.conftest import REPO as ROOT
 
+#: pure NumPy numerics: CI runs them on Python 3.11 only (see pyproject's markers)
+pytestmark = pytest.mark.numerics
+
 PAPER_CDF_ERROR = 8.9e-4  # Seita et al. 2017, Table 3, N=4000, sigma=1, lambda=10
 # What the shipped minimax table achieves (5.02e-6), with a 10% margin.
 SHIPPED_CDF_ERROR_MAX = 5.6e-6

@@ -6,6 +6,9 @@ from scipy import stats
 
 from pymc_subsample.kernels.inverse_cdf import InverseCDFTable
 
+#: pure NumPy numerics: CI runs them on Python 3.11 only (see pyproject's markers)
+pytestmark = pytest.mark.numerics
+
 
 def _chi2_pvalue(rows, probs):
     counts = np.bincount(rows, minlength=probs.size)
@@ -40,6 +43,21 @@ def test_draws_follow_the_weights_and_a_wrong_sampler_is_caught():
     wrong[0] *= 1.03
     wrong[4] -= probs[0] * 0.03
     assert _chi2_pvalue(rows, wrong) < 1e-3
+
+
+def test_the_table_built_on_threads_is_the_serial_one():
+    """``map_fn`` runs the chunks' cumulative sums on threads (ScalableMH's set-up); the
+    carries are added afterwards, so the table is the same integer for integer."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    w = np.random.default_rng(4).gamma(0.3, 1.0, size=70_001).astype(np.float32)
+    serial = InverseCDFTable(w, chunk=4096)
+    with ThreadPoolExecutor(3) as pool:
+        threaded = InverseCDFTable(w, chunk=4096, map_fn=lambda f, xs: list(pool.map(f, xs)))
+    np.testing.assert_array_equal(serial.cumulative, threaded.cumulative)
+    # the test can fail: the chunks' carries left out
+    broken = InverseCDFTable(w, chunk=4096, map_fn=lambda f, xs: [f(x) for x in xs][:1] * len(xs))
+    assert not np.array_equal(serial.cumulative, broken.cumulative)
 
 
 def test_float32_memmap_weights(tmp_path):

@@ -8,6 +8,9 @@ from scipy import stats
 
 from pymc_subsample.kernels.rows import RowSampler
 
+#: pure NumPy numerics: CI runs them on Python 3.11 only (see pyproject's markers)
+pytestmark = pytest.mark.numerics
+
 
 @pytest.mark.parametrize("n_total, sizes", [
     (200_000, [100, 100, 3000]),       # Floyd first batch, then rejection

@@ -26,6 +26,9 @@ from pymc_subsample.kernels.softmax import (
     softmax_region_constants,
 )
 
+#: pure NumPy numerics: CI runs them on Python 3.11 only (see pyproject's markers)
+pytestmark = pytest.mark.numerics
+
 
 def _unit(rng, n, d):
     v = rng.standard_normal((n, d))

@@ -17,6 +17,9 @@ from pymc_subsample.kernels.barker_correction import default_correction
 from pymc_subsample.kernels.nonfinite import undecidable
 from pymc_subsample.kernels.rows import RowSampler
 
+#: pure NumPy numerics: CI runs them on Python 3.11 only (see pyproject's markers)
+pytestmark = pytest.mark.numerics
+
 
 # --------------------------------------------------------------------------------------
 # the shared non-finite handling

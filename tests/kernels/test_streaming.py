@@ -15,6 +15,9 @@ from pymc_subsample.kernels._validation import (
 )
 from pymc_subsample.kernels.streaming import RunningMoments, batch_moments, merge_moments
 
+#: pure NumPy numerics: CI runs them on Python 3.11 only (see pyproject's markers)
+pytestmark = pytest.mark.numerics
+
 
 def test_scalar_batches_match_two_pass_moments():
     rng = np.random.default_rng(0)

@@ -34,6 +34,9 @@ from pymc_subsample.kernels.thinning import (
 )
 from tests.conftest import REPO
 
+#: pure NumPy numerics: CI runs them on Python 3.11 only (see pyproject's markers)
+pytestmark = pytest.mark.numerics
+
 Z_TOL = 4.5
 KERNELS = REPO / "pymc_subsample" / "kernels"
 
