@@ -17,7 +17,9 @@ coefficients ``b``, ``eta = a + X b``, ``a, b ~ Normal(0, 2)``, scale or shape
   the logit scale; data with ``psi = 0.7``); ``zip_fixed``: the same with ``psi = 0.7`` fixed;
 * ``zinb``: ``y ~ ZeroInflatedNegativeBinomial(psi=0.7, mu=exp(eta), alpha=2)`` (both
   fixed; data with ``alpha = 2``); ``zinb_alpha``: the same with ``alpha = s`` sampled (the
-  ``zeroinflated_negbinomial_alpha`` family, rows of ``(eta, log alpha)``);
+  ``zeroinflated_negbinomial_alpha`` family, rows of ``(eta, log alpha)``); ``zinb_both``:
+  ``psi ~ Beta(2, 2)`` and ``alpha = s`` both sampled (``zeroinflated_negbinomial_both``,
+  rows of ``(eta, logit psi, log alpha)``);
 * ``censored``: ``y ~ Censored(Normal(eta, s), lower=-0.5, upper=1.5)`` (about 28% of rows
   censored below, 19% above); ``censored_fixed``: the same with ``s = 1.2`` fixed.
 
@@ -49,7 +51,8 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
 import numpy as np  # noqa: E402
 
 FAMILIES = ("normal", "student_t", "gamma", "negbinomial", "poisson", "probit", "multiobs",
-            "zip", "zip_fixed", "zinb", "zinb_alpha", "censored", "censored_fixed", "softmax", "student_t_nu")
+            "zip", "zip_fixed", "zinb", "zinb_alpha", "zinb_both", "censored", "censored_fixed", "softmax", "student_t_nu",
+            "ordered_logistic", "ordered_probit")
 D = 5
 
 
@@ -74,6 +77,25 @@ def _softmax_model(X, rng, k=3):
     return model
 
 
+def _ordered_model(X, rng, family, k=4):
+    """``ordered_logistic``: ``y ~ OrderedLogistic(eta=X b, cutpoints=c)`` (K = 4),
+    ``b ~ Normal(0, 2)``, ``c ~ Normal(0, 5)`` under the ordered transform; data with
+    cutpoints ``(-1, 0.2, 1.3)``. ``ordered_probit``: ``OrderedProbit`` with ``sigma=1``."""
+    import pymc as pm
+
+    probit = family == "ordered_probit"
+    noise = rng.standard_normal(X.shape[0]) if probit else rng.logistic(size=X.shape[0])
+    u = X @ np.linspace(-0.4, 0.4, X.shape[1]) + noise
+    y = np.searchsorted(np.array([-1.0, 0.2, 1.3]), u)
+    with pm.Model() as model:
+        c = pm.Normal("c", 0.0, 5.0, shape=k - 1, transform=pm.distributions.transforms.ordered,
+                      initval=np.linspace(-1.0, 1.0, k - 1))
+        b = pm.Normal("b", 0.0, 2.0, shape=X.shape[1])
+        dist = pm.OrderedProbit if probit else pm.OrderedLogistic
+        dist("y", eta=pm.math.dot(X, b), cutpoints=c, observed=y, compute_p=False)
+    return model
+
+
 def family_model(family, n, seed=0):
     import pymc as pm
 
@@ -81,6 +103,8 @@ def family_model(family, n, seed=0):
     X = rng.standard_normal((n, D))
     if family == "softmax":
         return _softmax_model(X, rng)
+    if family.startswith("ordered"):
+        return _ordered_model(X, rng, family)
     eta = 0.3 + X @ np.linspace(-0.4, 0.4, D)
     if family in ("normal", "multiobs"):
         y = eta + 1.2 * rng.standard_normal(n)
@@ -128,8 +152,9 @@ def family_model(family, n, seed=0):
             psi = pm.Beta("psi", 2.0, 2.0) if family == "zip" else 0.7
             pm.ZeroInflatedPoisson("y", psi=psi, mu=pm.math.exp(e), observed=y)
         elif family.startswith("zinb"):
-            alpha = s if family == "zinb_alpha" else 2.0
-            pm.ZeroInflatedNegativeBinomial("y", psi=0.7, mu=pm.math.exp(e), alpha=alpha,
+            alpha = s if family in ("zinb_alpha", "zinb_both") else 2.0
+            psi = pm.Beta("psi", 2.0, 2.0) if family == "zinb_both" else 0.7
+            pm.ZeroInflatedNegativeBinomial("y", psi=psi, mu=pm.math.exp(e), alpha=alpha,
                                             observed=y)
         elif family.startswith("censored"):
             sigma = s if family == "censored" else 1.2

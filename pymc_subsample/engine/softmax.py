@@ -116,14 +116,15 @@ def detect_specs(model) -> list:
     except ValueError as err:
         first = err
     specs = []
+    from .ordered import detect_ordered  # ordered logit/probit: a Categorical too
     for rv in model.observed_RVs:
-        spec = detect_softmax(model, rv)
+        spec = detect_ordered(model, rv) or detect_softmax(model, rv)
         if spec is None:
             if len(model.observed_RVs) == 1:
                 raise first
             spec = detect_glm(model, rv)  # its own refusal
         specs.append(spec)
-    if not any(isinstance(s, SoftmaxSpec) for s in specs):
+    if not any(getattr(s, "in_q", False) for s in specs):
         raise first  # e.g. rows of different lengths
     return specs
 

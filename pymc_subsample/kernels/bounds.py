@@ -340,18 +340,29 @@ class UpperBounds:
         self.values = np.empty(int(n), dtype=np.float32)
         self._lock = threading.Lock()
 
-    def put(self, start: int, stop: int, values) -> None:
-        """Store ``values`` (float64, for rows ``start:stop``), rounded up."""
-        v = np.broadcast_to(np.asarray(values, dtype=np.float64), (stop - start,))
+    @staticmethod
+    def round_up(values) -> np.ndarray:
+        """``values`` (float64) rounded up to float32, or kept in float64 when a finite
+        one does not fit in float32: what :meth:`put` stores, computed where the values
+        are (a pass's worker threads) rather than where they are stored."""
+        v = np.asarray(values, dtype=np.float64)
         with np.errstate(over="ignore"):  # beyond float32: handled below
             r = v.astype(np.float32)
         low = r < v  # rounded down (or to -inf): move up one float32 step
         np.nextafter(r, np.float32(np.inf), out=r, where=low)
-        overflow = not np.isfinite(r).all() and bool((np.isinf(r) & np.isfinite(v)).any())
+        if not np.isfinite(r).all() and bool((np.isinf(r) & np.isfinite(v)).any()):
+            return v
+        return r
+
+    def put(self, start: int, stop: int, values) -> None:
+        """Store ``values`` for rows ``start:stop``, rounded up: float64 values, or the
+        float32 ones of :meth:`round_up` as they are."""
+        values = np.asarray(values)
+        if values.dtype != np.float32:
+            values = self.round_up(values)
+        v = np.broadcast_to(values, (stop - start,))
+        overflow = v.dtype == np.float64
         with self._lock:
             if overflow and self.values.dtype == np.float32:
                 self.values = self.values.astype(np.float64)
-            if self.values.dtype == np.float64:
-                self.values[start:stop] = v
-            else:
-                self.values[start:stop] = r
+            self.values[start:stop] = v

@@ -398,6 +398,13 @@ _INTRO = (
     "some families, a scale or shape parameter sampled on the log scale. Registered "
     "families: "
 )
+#: the multinomial logit, recognised outside the registry (engine/softmax.py)
+_SOFTMAX_TEXT = (
+    "Also categorical_softmax (multinomial logit): pm.Categorical(p=pm.math.softmax(eta, "
+    "axis=-1)) or logit_p=eta, eta an (N, K) affine predictor such as a + X @ B. "
+    "Also ordered_logistic and ordered_probit: pm.OrderedLogistic or pm.OrderedProbit "
+    "(sigma fixed) with eta affine and cutpoints ordered or a cumsum of positive steps. "
+)
 _TAIL = (
     "For any other model pass bounds=callable: bounds(order) -> array of N per-row "
     "constants psi_i >= sup |(order+1)-th partial derivatives of -log p(x_i | q)| over the "
@@ -443,7 +450,7 @@ def supported_text() -> str:
         + (f"For {', '.join(coords)} eta may also be affine in data-free parameter "
            "expressions only, as in a non-centred hierarchical model, mu + tau * z[g] + "
            "X @ beta (and a sampled scale may be sigma or sigma[g]). " if coords else "")
-        + _TAIL
+        + _SOFTMAX_TEXT + _TAIL
     )
 
 
@@ -1499,4 +1506,5 @@ for _family in (ZeroInflatedNegBinomialLog, ZeroInflatedNegBinomialLogit):
 del _family
 
 from . import family_zinb_alpha  # noqa: E402,F401  (registers zeroinflated_negbinomial_alpha)
+from . import family_zinb_both  # noqa: E402,F401  (registers zeroinflated_negbinomial_both)
 from . import family_student_nu  # noqa: E402,F401  (registers student_t_nu, student_t_nu_fixed_scale)

@@ -148,7 +148,7 @@ class ZeroInflatedNegBinomialAlpha(GLMFamily):
     ``(eta, s = log alpha)``. Count rows have the partials of
     :class:`~pymc_subsample.kernels.families.NegBinomialLog`, zero rows those of
     :func:`zinb_alpha_zero_partials` (module docstring; docs/engine.md). With ``psi``
-    sampled too (three row coordinates) ``bounds='auto'`` refuses the model."""
+    sampled too (three row coordinates): :mod:`~pymc_subsample.kernels.family_zinb_both`."""
 
     name = "zeroinflated_negbinomial_alpha"
     aliases = ("zinb_alpha",)
@@ -191,6 +191,6 @@ register(ZeroInflatedNegBinomialAlpha)
 # Recognition tries a distribution's families in registration order and the first whose
 # selector holds must match or refuse: the fixed-alpha family (selected by psi fixed)
 # would refuse a sampled alpha, so it is moved after this one (selected by alpha free).
-# With psi sampled the logit family, registered before this one, keeps its refusal of a
-# sampled alpha (three row coordinates).
+# With psi sampled too, the logit family and this one defer (their fixed parameter is
+# free) to zeroinflated_negbinomial_both (three row coordinates), registered after them.
 register(unregister("zeroinflated_negbinomial_log"))

@@ -214,11 +214,15 @@ class BoundsRider:
 
 def _chunk_constants(spec, order, scale, params, chol, region, J, base, y, start, stop):
     """A chunk's bound constants from its Jacobian ``J`` and predictors ``base`` at the
-    centre (pairs with a log scale): :class:`BoundsRider`'s ``chunk``."""
+    centre (pairs with a log scale): :class:`BoundsRider`'s ``chunk``. Rounded up to
+    float32 here, in the pass's worker (:meth:`~pymc_subsample.kernels.bounds.
+    UpperBounds.round_up`), not where they are stored."""
     if scale:
-        return two_param_chunk_psi(spec.family, order, J, base, y, whiten=chol,
-                                   radius=region, **params)
-    return chunk_psi(spec, order, J, base, whiten=chol, radius=region, y=y, **params)
+        psi = two_param_chunk_psi(spec.family, order, J, base, y, whiten=chol,
+                                  radius=region, **params)
+    else:
+        psi = chunk_psi(spec, order, J, base, whiten=chol, radius=region, y=y, **params)
+    return UpperBounds.round_up(psi)
 
 
 def predictor_bounds(vmap, spec, order, theta_hat, cov, region_arg):

@@ -15,10 +15,11 @@ What is checked, for each of the four:
   reference of the posterior within ``Z_TOL`` Monte Carlo standard errors (order 2; order 1
   in the slow suite), with few rows read per step.
 
-A sampled ``alpha`` as well as a sampled ``psi`` would make three row coordinates: it is
-refused (:func:`test_zinb_with_a_sampled_alpha_is_refused`; with ``psi`` fixed a sampled
-``alpha`` is ``tests/steps/test_scalable_zinb_alpha.py``'s). The bounds' formulas are checked
-against autodiff on dense grids in ``tests/kernels/test_family_zeroinflated.py``.
+A sampled ``alpha`` as well as a sampled ``psi`` makes three row coordinates: the family
+``zeroinflated_negbinomial_both`` (``tests/steps/test_scalable_zinb_both.py``; with ``psi``
+fixed a sampled ``alpha`` is ``tests/steps/test_scalable_zinb_alpha.py``'s). The bounds'
+formulas are checked against autodiff on dense grids in
+``tests/kernels/test_family_zeroinflated.py``.
 """
 
 from __future__ import annotations
@@ -175,7 +176,7 @@ def test_posterior_is_exact(problem, order):
     assert math.isfinite(step.psi_total)
 
 
-def test_zinb_with_a_sampled_alpha_is_refused():
+def test_zinb_with_psi_and_alpha_sampled_is_the_three_coordinate_family():
     from pymc_subsample.engine.glm import detect_glm
 
     prob = ZIProblem("zinb", False, n=50)
@@ -185,5 +186,4 @@ def test_zinb_with_a_sampled_alpha_is_refused():
         psi = pm.Beta("psi", 2.0, 2.0)  # with psi fixed a sampled alpha is supported
         pm.ZeroInflatedNegativeBinomial("y", psi=psi, mu=pm.math.exp(pm.math.dot(prob.X, b)),
                                         alpha=alpha, observed=prob.y)
-    with pytest.raises(ValueError, match="shape alpha of observed 'y' depends on a free"):
-        detect_glm(model)
+    assert detect_glm(model).family == "zeroinflated_negbinomial_both"

@@ -6,7 +6,7 @@ scale): rows of ``(eta, log alpha)``, the family ``zeroinflated_negbinomial_alph
 What is checked:
 
 * recognition: the family is found (not refused by the fixed-alpha family), and ``psi``
-  sampled as well (three row coordinates) is refused in at most 300 characters;
+  sampled as well goes to ``zeroinflated_negbinomial_both`` (three row coordinates);
 * ``lambda_i <= phi psi_i`` on every row for random pairs in the region, and not vacuous;
   the same check catches the bound constants divided by 40 (its power; the path bound is
   loose at this N, :func:`test_bound_check_catches_shrunk_constants`);
@@ -29,7 +29,6 @@ import pytest
 from scipy.special import gammaln, log_expit
 
 import pymc_subsample as pms
-from pymc_subsample.kernels.families import REFUSAL_LIMIT
 from pymc_subsample.testing import posterior, sample_stats
 from tests.steps.test_scalable import (
     SEED,
@@ -113,15 +112,12 @@ def test_family_is_recognised(problem):
     assert math.isfinite(step.psi_total) and np.all(np.asarray(step.psi) >= 0)
 
 
-def test_psi_and_alpha_both_sampled_are_refused_briefly():
+def test_psi_and_alpha_both_sampled_go_to_the_three_coordinate_family():
+    """Both sampled: ``zeroinflated_negbinomial_both`` (tests/steps/test_scalable_zinb_both.py)."""
     from pymc_subsample.engine.glm import detect_glm
 
     prob = ZINBAlphaProblem(n=50, free_psi=True)
-    with pytest.raises(ValueError, match="shape alpha of observed 'y' depends on a free") as e:
-        detect_glm(prob.model)
-    assert len(str(e.value)) <= REFUSAL_LIMIT, len(str(e.value))
-    with prob.model, pytest.raises(ValueError, match="shape alpha"):
-        pms.ScalableMH()
+    assert detect_glm(prob.model).family == "zeroinflated_negbinomial_both"
 
 
 @pytest.mark.parametrize("order", [2, pytest.param(1, marks=pytest.mark.slow)])
