@@ -261,3 +261,24 @@ def test_forecast_agrees_with_a_full_run_within_a_factor_2():
     # the whole forecast within a factor 2, and each of its parts
     for name, (a, b) in pairs.items():
         assert 0.5 < a / b < 2.0, (name, report, str(advice))
+
+
+def test_the_pilot_rhat_limit_allows_for_a_short_pilots_noise():
+    """A short pilot's R-hat is noisy (``R-hat - 1`` of order ``1 / ESS``): the limit is
+    ``max_rhat`` for a long pilot and ``1 + 15 / ESS`` for a short one, which covers
+    the noise of independent draws; a drifting chain (R-hat 1.5 at ESS 73, or 1.2 at
+    ESS 400) is still flagged."""
+    import arviz as az
+
+    from pymc_subsample.advice import rhat_limit
+
+    assert rhat_limit(1.1, 1000.0) == 1.1
+    assert rhat_limit(1.1, 73.0) == pytest.approx(1.205, abs=1e-3)
+    assert not 1.5 <= rhat_limit(1.1, 73.0) and not 1.2 <= rhat_limit(1.1, 400.0)
+    # the noise it allows for: iid draws in 4 half-chains of 25, the largest of 10
+    # parameters' R-hats (ESS about 100)
+    rng = np.random.default_rng(0)
+    worst = [max(float(az.rhat(rng.standard_normal((4, 25)))) for _ in range(10))
+             for _ in range(200)]
+    assert np.quantile(worst, 0.99) < rhat_limit(1.1, 100.0)
+    assert np.quantile(worst, 0.99) > 1.1  # the fixed 1.1 alone flags good pilots

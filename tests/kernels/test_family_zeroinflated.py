@@ -102,6 +102,9 @@ def test_families_are_registered_and_others_keep_the_log_scale():
         assert not free.predictor_coordinates
     assert get_family("zip").name == FIXED and get_family("zinb").name == KINDS["zinb"][0]
     ours = {n for k in KINDS.values() for n in k[:2]}
+    # psi and alpha both sampled: logit psi is a row coordinate too (family_zinb_both)
+    ours.add("zeroinflated_negbinomial_both")
+    assert get_family("zeroinflated_negbinomial_both").scale_transform == "logit"
     assert all(f.scale_transform in ("log", "log_shifted") for f in FAMILIES.values()
                if f.name not in ours)
     before = ("bernoulli_logit", "bernoulli_probit", "student_t", "normal", "poisson_log",
