@@ -116,7 +116,7 @@ line naming the fastest NUTS with every step's ratio against it. JSON:
 Run: python benchmarks/fastest_nuts.py [--rows 1e5 1e6] [--methods scalable,numpyro,...]
      [--quick] [--nuts-draws 600] [--draws 2000] [--tune 1000]
      [--project-at 1e7] [--pymc-project-at 1e6] [--count-rows 1e5] [--reuse-counts FILE]
-     (--quick: N = 2 x 10^4, tune 200, 400 step / 200 NUTS draws per chain: a smoke run
+     (--quick: N = 5 x 10^3, tune 200, 400 step / 200 NUTS draws per chain: a smoke run
      of about two minutes that does not follow the tune=1,000 definition)
 """
 
@@ -602,7 +602,7 @@ def fastest_line(n_rows, recs):
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", type=_rows, nargs="+", default=None,
-                    help="sizes N (default 1e5 1e6; --quick: 2e4)")
+                    help="sizes N (default 1e5 1e6; --quick: 5e3)")
     ap.add_argument("--methods", default=",".join(LABELS),
                     help="comma-separated among " + ",".join(LABELS) + " (default: all)")
     ap.add_argument("--tune", type=int, default=None, help="tuning draws (default 1000)")
@@ -625,11 +625,11 @@ def parse_args(argv=None):
     ap.add_argument("--random-seed", type=int, default=1)
     ap.add_argument("--json", default=str(HERE / "output" / "fastest_nuts.json"))
     ap.add_argument("--quick", action="store_true",
-                    help="N = 2e4, tune 200, 400 step / 200 NUTS draws (unless given)")
+                    help="N = 5e3, tune 200, 400 step / 200 NUTS draws (unless given)")
     ap.add_argument("--traceback", action="store_true", help="print failed runs' tracebacks")
     args = ap.parse_args(argv)
-    quick = {"rows": [2 * 10**4], "tune": 200, "draws": 400, "nuts_draws": 200,
-             "count_rows": 10**4}
+    quick = {"rows": [5 * 10**3], "tune": 200, "draws": 400, "nuts_draws": 200,
+             "count_rows": 2 * 10**3}
     full = {"rows": [10**5, 10**6], "tune": 1000, "draws": 2000, "nuts_draws": 600,
             "count_rows": 10**5}
     for name, value in (quick if args.quick else full).items():
