@@ -24,6 +24,7 @@ arithmetic is in :mod:`pymc_subsample.kernels.predictor` (no PyMC).
 from __future__ import annotations
 
 import math
+import threading
 from dataclasses import dataclass
 
 import numpy as np
@@ -96,6 +97,13 @@ class PredictorMap:
     #: (:meth:`jacobian`); -1 when there is none; None until :meth:`design_index` looks
     _design: int | None = None
 
+    def __getstate__(self):
+        # spawned workers cannot build the stacked function (its builder is a closure
+        # over graphs): built here unless X @ v replaces it
+        if self._stack_fn is not None and not (self._design is not None and self._design >= 0):
+            self._stack_fn.get()
+        return self.__dict__.copy()
+
     def v(self, q) -> np.ndarray:
         """The predictor coordinates at ``q``."""
         if self._select is not None:
@@ -109,6 +117,9 @@ class PredictorMap:
 
     def channels(self, v, data):
         """The rows' linear predictors at ``v``, or ``(eta, s)`` with a log scale."""
+        if self._design is not None and self._design >= 0:  # eta = X v (design_index)
+            return np.asarray(data[self._design], dtype=np.float64) @ np.asarray(
+                v, dtype=np.float64)
         out = thread_copy(self._eta_fn)(np.asarray(v, dtype=np.float64), *data)
         rows = (data[0].shape[0],)
         if self.scale:
@@ -143,7 +154,10 @@ class PredictorMap:
         batch graph vectorised over ``v`` when there is one. Returns ``(k, rows)``
         arrays (a pair with a log scale)."""
         rows = data[0].shape[0]
-        fn = self._stack_fn
+        if self._design is not None and self._design >= 0:  # eta = X v (design_index)
+            return np.asarray(points, dtype=np.float64) @ np.asarray(
+                data[self._design], dtype=np.float64).T
+        fn = None if self._stack_fn is None else self._stack_fn.get()
         if fn is None:
             values = [self.channels(p, data) for p in points]
             channels = list(zip(*values)) if self.scale else [values]
@@ -232,9 +246,9 @@ class PredictorMap:
             n, size=min(n, 55), replace=False)])).astype(np.int64)
         data = self.engine.gather(rows)
         w = rng.standard_normal(p)
-        try:
-            out = np.asarray(self.channels_at(np.vstack([np.zeros(p), np.eye(p), w]), data),
-                             dtype=np.float64)
+        try:  # the compiled linear predictor, point by point (not the stacked graph)
+            out = np.asarray([self.channels(x, data) for x in np.vstack(
+                [np.zeros(p), np.eye(p), w])], dtype=np.float64)
         except Exception:  # noqa: BLE001 - the differences of the graph stay the reference
             return -1
         if out.shape != (p + 2, rows.size) or np.any(out[0] != 0.0):
@@ -612,6 +626,38 @@ def _predictor_parts(engine, spec, scale):
     return v_fn, q, flat, shapes, parts, channels
 
 
+class LazyFunction:
+    """A compiled function built on its first :meth:`get` (under a lock: the passes'
+    threads may ask at once), or None when it cannot be built (e.g. a graph that
+    ``vectorize_graph`` does not take). Pickles as what was built so far (None if
+    nothing: the builder is a closure over graphs)."""
+
+    def __init__(self, build):
+        self._build, self._fn, self._failed = build, None, False
+        self._lock = threading.Lock()
+
+    @property
+    def built(self) -> bool:
+        return self._fn is not None or self._failed
+
+    def get(self):
+        if not self.built and self._build is not None:
+            with self._lock:
+                if not self.built:
+                    try:
+                        self._fn = self._build()
+                    except Exception:  # noqa: BLE001 - callers fall back without it
+                        self._failed = True
+        return self._fn
+
+    def __getstate__(self):
+        return {"_fn": self._fn, "_failed": self._failed or self._fn is None}
+
+    def __setstate__(self, state):
+        self.__init__(None)
+        self._fn, self._failed = state["_fn"], state["_failed"]
+
+
 def _compile_predictor(engine, spec, scale, analysis):
     """The compiled functions of :class:`PredictorMap` and its sizes: ``(v_fn, eta_fn,
     stack_fn, vjp_fn, size, labels, y_index, select)`` (``select``: :func:`_selection`); ``vjp_fn`` only when ``v(q)`` is curved
@@ -620,7 +666,7 @@ def _compile_predictor(engine, spec, scale, analysis):
     v_fn, q, flat, shapes, parts, channels = analysis
     model = engine.model
     value_vars = set(model.value_vars)
-    shape_fn = pytensor.function([q], shapes)
+    shape_fn = pytensor.function([q], shapes, mode="FAST_COMPILE")  # called once
     q0 = engine.initial_q()
     part_shapes = [tuple(int(s) for s in sh) for sh in shape_fn(q0)]
     sizes = [int(np.prod(sh, dtype=int)) for sh in part_shapes]
@@ -637,13 +683,14 @@ def _compile_predictor(engine, spec, scale, analysis):
             "outside any data-free parameter expression."))
     batch = engine.to_batch(channels_v)
     eta_fn = engine.compile_over_rows([v_in], batch if scale else batch[0])
-    stack_fn = None
-    try:
+
+    def build_stack():
         V_in = pt.dmatrix("V")
         stacked = vectorize_graph(batch, replace={v_in: V_in})
-        stack_fn = engine.compile_over_rows([V_in], stacked if scale else stacked[0])
-    except Exception:  # noqa: BLE001 - the Jacobian then evaluates the points one by one
-        stack_fn = None
+        return engine.compile_over_rows([V_in], stacked if scale else stacked[0])
+
+    # compiled on first use: an ordinary GLM written X @ beta never needs it
+    stack_fn = LazyFunction(build_stack)
     vjp_fn = None
     if not is_affine(v_fn, q0, np.random.default_rng(0)):
         u_in = pt.dvector("u")

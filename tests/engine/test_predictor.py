@@ -529,3 +529,48 @@ def test_the_design_matrix_is_the_jacobian_only_for_eta_equal_to_x_beta():
     np.testing.assert_allclose(base, base_g, rtol=1e-12, atol=1e-12)
     for form in ("intercept", "offset"):
         assert build(form)[1].design_index() is None, form
+    # with the design found, the rows' predictors at several points are X's rows times
+    # them, as the graph vectorised over v computes them; that graph is then never
+    # compiled (LazyFunction), unless asked for
+    _, vmap = build("plain")
+    assert vmap.design_index() is not None and not vmap._stack_fn.built
+    points = rng.normal(size=(2, vmap.size))
+    fast = vmap.channels_at(points, data)
+    assert not vmap._stack_fn.built
+    k, vmap._design = vmap._design, -1
+    np.testing.assert_allclose(fast, vmap.channels_at(points, data), rtol=1e-12, atol=1e-12)
+    assert vmap._stack_fn.built
+    np.testing.assert_allclose(vmap.channels(points[0], data), fast[0], rtol=1e-12,
+                               atol=1e-12)
+
+
+def test_the_predictor_map_pickles_with_its_stacked_function():
+    """A spawned worker cannot build the stacked function (its builder is a closure over
+    graphs): a map without a design matrix builds it before pickling (cloudpickle, as
+    PyMC pickles a step for its workers), and the copy evaluates the same predictors;
+    with the design it pickles unbuilt and uses X."""
+    import cloudpickle
+    import pymc as pm
+
+    from pymc_subsample.engine import LikelihoodEngine
+    from pymc_subsample.engine.glm import detect_glm
+    from pymc_subsample.engine.predictor import predictor_map
+
+    rng = np.random.default_rng(4)
+    X = rng.normal(size=(500, 2))
+    y = (rng.random(500) < 0.5).astype(np.int64)
+    for intercept in (True, False):
+        with pm.Model() as m:
+            b = pm.Normal("b", 0, 1, shape=2)
+            eta = X @ b + (pm.Normal("a", 0, 1) if intercept else 0.0)
+            pm.Bernoulli("y", logit_p=eta, observed=y)
+        with m:
+            eng = LikelihoodEngine()
+        vmap = predictor_map(eng, detect_glm(m))
+        assert (vmap.design_index() is None) == intercept
+        data = eng.gather_slice(0, 50)
+        points = rng.normal(size=(3, vmap.size))
+        copy = cloudpickle.loads(cloudpickle.dumps(vmap))
+        assert (copy._stack_fn.get() is not None) == intercept
+        np.testing.assert_allclose(copy.channels_at(points, data),
+                                   vmap.channels_at(points, data), rtol=1e-12, atol=1e-12)
