@@ -596,13 +596,12 @@ def _price_nuts(model, samplers, n_rows, seed, opts, hierarchical=False):
             fc.grads_source = "NUTS pilot" if overhead is None else "NUTS pilot (subsample)"
             if n_rows:
                 fc.rows_per_draw = n_rows * kept_per_draw
-            if fc.method != _NUTS_LABELS["pymc"]:
-                pass
-            elif overhead is not None:  # the sampler's overhead on top of all rows' gradient
-                fc.seconds_per_draw += overhead
-            elif np.isfinite(s_per_grad):
-                # the sampler's own time per gradient (its Python overhead included)
-                fc.seconds_per_draw = max(fc.seconds_per_draw, s_per_grad)
+            if fc.method == _NUTS_LABELS["pymc"]:
+                if overhead is not None:  # the sampler's overhead on all rows' gradient
+                    fc.seconds_per_draw += overhead
+                elif np.isfinite(s_per_grad):
+                    # the sampler's own time per gradient (its Python overhead included)
+                    fc.seconds_per_draw = max(fc.seconds_per_draw, s_per_grad)
         sampling = 1000.0 * fc.grads_per_ess * fc.seconds_per_draw
         fc.t1000_s = fc.setup_s + sampling
         fc.ess_per_s = 1000.0 / sampling
@@ -704,8 +703,8 @@ def advise(model=None, *, pilot_draws=200, pilot_tune=None, pilot_chains=1, step
     their log-likelihood scaled by ``N / 5,000``: the posterior's curvature is the full
     data's, so NUTS needs about as many gradients per effective draw (21.8 against
     21.4 on a robust regression at N = 20,000), and PyMC's time per gradient beyond the
-    log density's own, measured there, is added to the full data's. Other costs of NUTS (its sampler overhead, JAX's import) are not
-    counted: the forecasts favour NUTS.
+    log density's own, measured there, is added to the full data's. Other costs of NUTS
+    (its sampler overhead, JAX's import) are not counted: the forecasts favour NUTS.
 
     The recommendation, in this order: NUTS when every step refused the model (a
     likelihood that does not factorise over rows), when no step completed its pilot, or

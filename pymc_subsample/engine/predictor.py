@@ -97,10 +97,16 @@ class PredictorMap:
     #: (:meth:`jacobian`); -1 when there is none; None until :meth:`design_index` looks
     _design: int | None = None
 
+    @property
+    def _x(self) -> int | None:
+        """:meth:`design_index` when already found, else None (never looks: the search
+        itself evaluates the predictors)."""
+        return self._design if self._design is not None and self._design >= 0 else None
+
     def __getstate__(self):
         # spawned workers cannot build the stacked function (its builder is a closure
         # over graphs): built here unless X @ v replaces it
-        if self._stack_fn is not None and not (self._design is not None and self._design >= 0):
+        if self._stack_fn is not None and self._x is None:
             self._stack_fn.get()
         return self.__dict__.copy()
 
@@ -117,8 +123,8 @@ class PredictorMap:
 
     def channels(self, v, data):
         """The rows' linear predictors at ``v``, or ``(eta, s)`` with a log scale."""
-        if self._design is not None and self._design >= 0:  # eta = X v (design_index)
-            return np.asarray(data[self._design], dtype=np.float64) @ np.asarray(
+        if self._x is not None:  # eta = X v (design_index)
+            return np.asarray(data[self._x], dtype=np.float64) @ np.asarray(
                 v, dtype=np.float64)
         out = thread_copy(self._eta_fn)(np.asarray(v, dtype=np.float64), *data)
         rows = (data[0].shape[0],)
@@ -154,9 +160,9 @@ class PredictorMap:
         batch graph vectorised over ``v`` when there is one. Returns ``(k, rows)``
         arrays (a pair with a log scale)."""
         rows = data[0].shape[0]
-        if self._design is not None and self._design >= 0:  # eta = X v (design_index)
+        if self._x is not None:  # eta = X v (design_index)
             return np.asarray(points, dtype=np.float64) @ np.asarray(
-                data[self._design], dtype=np.float64).T
+                data[self._x], dtype=np.float64).T
         fn = None if self._stack_fn is None else self._stack_fn.get()
         if fn is None:
             values = [self.channels(p, data) for p in points]
