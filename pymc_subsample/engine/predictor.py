@@ -241,7 +241,7 @@ class PredictorMap:
         affine in ``v`` (checked when the map is built), so these determine it."""
         if self._design is None:
             self._design = self._find_design()
-        return self._design if self._design >= 0 else None
+        return self._x
 
     def _find_design(self) -> int:
         if self.scale:
@@ -657,7 +657,7 @@ class LazyFunction:
         return self._fn
 
     def __getstate__(self):
-        return {"_fn": self._fn, "_failed": self._failed or self._fn is None}
+        return {"_fn": self._fn, "_failed": self._fn is None}
 
     def __setstate__(self, state):
         self.__init__(None)
