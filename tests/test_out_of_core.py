@@ -150,13 +150,12 @@ def test_upper_bounds_round_up_and_widen():
 
 
 def _built_serial_and_threaded(model, make_step):
-    """``make_step()`` in ``model`` with the passes in this thread, then on 2 Dask threads."""
+    """``make_step()`` in ``model`` with the passes in this thread, then on 2 threads."""
     built = {}
     for label, settings in (("serial", dict(scheduler="sync")),
                             ("threads", dict(num_workers=2, wave=2))):
         with passes.configure(**settings), model:
-            assert passes.current()["backend"] == ("serial" if label == "serial"
-                                                   else "dask-threads")
+            assert passes.current()["backend"] == label
             built[label] = make_step()
     return built["serial"], built["threads"]
 
@@ -254,12 +253,53 @@ def test_passes_configure_validates():
 
 
 def test_map_chunks_orders_results_and_reports_progress():
-    pytest.importorskip("dask")
     got, seen = [], []
     with passes.configure(num_workers=2, wave=1):
         passes.map_chunks(lambda s, e: (s, e, sum(range(s, e))), [(0, 3), (3, 7), (7, 9)],
                           lambda s, e, r: got.append(r), progress=seen.append)
     assert got == [(0, 3, 3), (3, 7, 18), (7, 9, 15)] and seen == [3, 7, 9]
+
+
+def test_threaded_passes_keep_row_order_bound_the_chunks_in_flight_and_raise():
+    """Chunks that finish out of order are consumed in row order, at most
+    ``num_workers * wave`` are started ahead of the one consumed, and a chunk's error
+    reaches the caller (the chunks not yet started are not run)."""
+    import threading
+    import time
+
+    rng = np.random.default_rng(0)
+    delays = rng.uniform(0.0, 0.004, size=40)
+    lock, state = threading.Lock(), {"started": 0, "consumed": 0, "ahead": 0}
+
+    def fn(s, e):
+        with lock:
+            state["started"] += 1
+            state["ahead"] = max(state["ahead"], state["started"] - state["consumed"])
+        time.sleep(delays[s])
+        return s
+
+    got = []
+
+    def consume(s, e, r):
+        state["consumed"] += 1
+        got.append(r)
+
+    ranges = [(k, k + 1) for k in range(40)]
+    with passes.configure(num_workers=2, wave=3):
+        passes.map_chunks(fn, ranges, consume)
+    assert got == list(range(40))
+    assert state["ahead"] <= 2 * 3
+
+    def failing(s, e):
+        if s == 5:
+            raise ZeroDivisionError("chunk 5")
+        time.sleep(0.002)
+        return s
+
+    done = []
+    with passes.configure(num_workers=2, wave=1), pytest.raises(ZeroDivisionError):
+        passes.map_chunks(failing, ranges, lambda s, e, r: done.append(r))
+    assert done == list(range(5))
 
 
 @pytest.mark.slow
