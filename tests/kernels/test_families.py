@@ -296,3 +296,29 @@ def test_auto_bounds_refusals_are_short_and_point_to_the_families_page():
     for name, family in families.FAMILIES.items():
         if family.distribution is not None:
             assert f"`{name}`" in page, f"docs/families.md has no row for the family {name!r}"
+
+
+def test_the_logistic_row_terms_match_log_expit_to_the_ulp_over_the_whole_line():
+    """The logistic's row terms with derivatives take ``log(expit(eta))`` (the set-up's
+    passes: ``expit`` is needed anyway), and ``eta`` itself below -700 where ``expit``
+    turns subnormal: within a few ulps of ``scipy.special.log_expit`` in absolute
+    terms from -800 to 800, as the terms without derivatives, which use it."""
+    from scipy.special import expit, log_expit
+
+    fam = families.get_family("bernoulli_logit")
+    eta = np.concatenate([np.linspace(-800.0, 800.0, 200_001), [-700.0, -745.5, 36.8]])
+    y = (np.arange(eta.size) % 2).astype(np.float64)
+    l0, d1, d2 = fam.row_loglik(eta, y, {})
+    exact = log_expit(eta) - (1.0 - y) * eta
+    assert np.all(np.isfinite(l0))
+    # on the scale of log s(eta) and (1 - y) eta, whose difference l0 is
+    assert np.max(np.abs(l0 - exact) / np.maximum(1.0, np.abs(eta))) < 4e-16
+    np.testing.assert_array_equal(fam.row_loglik(eta, y, {}, derivatives=0)[0], exact)
+    s = expit(eta)
+    np.testing.assert_allclose(d1, y - s, rtol=0, atol=1e-15)
+    np.testing.assert_allclose(d2, -s * (1.0 - s), rtol=0, atol=1e-15)
+    # a scalar, and one far in the tail
+    assert fam.row_loglik(np.float64(-750.0), 1.0, {})[0] == -750.0
+    # the check can fail: log(expit) without the tail's fallback is -inf below -745
+    with np.errstate(divide="ignore"):
+        assert not np.all(np.isfinite(np.log(expit(eta))))
