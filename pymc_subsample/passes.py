@@ -1,4 +1,4 @@
-"""One-time passes over all rows, in chunks, run in parallel through Dask.
+"""One-time passes over all rows, in chunks, in parallel on threads or a Dask cluster.
 
 The steps' set-up reads every row a few times: the mode search's Newton passes, the
 control-variate sums at the mode, and ScalableMH's bound constants. Each pass is a map

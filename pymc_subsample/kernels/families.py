@@ -523,10 +523,8 @@ class BernoulliLogit(GLMFamily):
         s = expit(eta)
         with np.errstate(divide="ignore"):
             le = np.log(s)
-        if np.ndim(eta) and np.min(eta, initial=0.0) < -700.0:
-            le = np.where(eta < -700.0, eta, le)
-        elif not np.ndim(eta) and eta < -700.0:
-            le = np.float64(eta)
+        if np.min(eta, initial=0.0) < -700.0:
+            le = np.where(eta < -700.0, eta, le)[()]  # [()]: a scalar stays a scalar
         l0 = le - (1.0 - y) * eta
         d2 = s - 1.0
         d2 *= s  # -s (1 - s)
