@@ -1,4 +1,4 @@
-"""Set-up passes of models outside the GLM predictor shortcuts, on 1 and 2 Dask threads.
+"""Set-up passes of models outside the GLM predictor shortcuts, on 1 and 2 threads.
 
 The set-up passes of logistic-type GLMs run in NumPy (``benchmarks/out_of_core.py``
 measures them). Other models' passes call the engine's compiled PyTensor functions on
@@ -81,7 +81,7 @@ def main():
                     fn()
                     best[name, k] = min(best[name, k], time.perf_counter() - t0)
     print(f"pymc {pm.__version__}; N = {n:,} rows; best of {repeat} runs\n")
-    print("| pass | 1 Dask thread | 2 Dask threads | ratio |")
+    print("| pass | 1 thread | 2 threads | ratio |")
     print("|---|---|---|---|")
     for name in tasks:
         t1, t2 = best[name, 1], best[name, 2]

@@ -6,7 +6,7 @@ observed variable's dtype) and opened with ``mmap_mode="r"``; y enters the model
 ``pms.out_of_core.rows`` so that PyMC does not copy it. Measured in one run:
 
 - the step's one-time passes over the data (mode search, control-variate sums, bound
-  constants) with 1 and with 2 Dask threads (``pms.passes.configure(num_workers=...)``),
+  constants) with 1 and with 2 threads (``pms.passes.configure(num_workers=...)``),
   and the row table's construction (``InverseCDFTable``);
 - 2 chains x 2,000 draws (after 500 tuning steps) in this process;
 - the process's anonymous memory (``RssAnon`` in /proc/self/status, sampled every 50 ms)
@@ -199,7 +199,7 @@ def main(argv=None):
               f"(float32), row table {per_row['table'] / GIB:.3f} GiB (int64) = "
               f"{sum(per_row.values()) / GIB:.2f} GiB ({sum(per_row.values()) / n:.0f} B/row)",
               f"- anonymous memory after building the model: {baseline / GIB:.2f} GiB", ""]
-    lines += ["| one-time passes | 1 Dask thread | 2 Dask threads | ratio |", "|---|---|---|---|"]
+    lines += ["| one-time passes | 1 thread | 2 threads | ratio |", "|---|---|---|---|"]
     for key in ("passes s", "row table s", "set-up s"):
         a, b = setups[1][key], setups[2][key]
         lines.append(f"| {key} | {a:.1f} | {b:.1f} | {a / b:.2f} |")

@@ -24,7 +24,7 @@ process:
   built, less what it held before (the data's pages are page cache, not counted), and
   the step's own per-row arrays (ScalableMH's ``psi_i`` and row table).
 
-The step's passes run on the Dask threads of ``pms.passes`` (both cores here); the NumPy
+The step's passes run on the threads of ``pms.passes`` (both cores here); the NumPy
 pass is one thread, as a user would write it.
 
 Run: ``python benchmarks/setup_passes.py [--rows 1e6 1e7 1e8] [--steps ...] [--quick]``
