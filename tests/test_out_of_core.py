@@ -140,8 +140,17 @@ def test_upper_bounds_round_up_and_widen():
     got = store.values
     assert got.dtype == np.float32
     assert np.all(got.astype(np.float64) >= values)
-    # at most one float32 step above
-    assert np.all(np.nextafter(got, np.float32(0)).astype(np.float64) < values)
+    # close above: within 2**-21 of the value (a widening by 2**-22 and a cast)
+    assert np.all(got.astype(np.float64) <= values * (1.0 + 2.0**-21))
+    # zero stays zero; tiny, subnormal and negative values are rounded up one by one
+    odd = np.array([0.0, 1e-40, 3e-45, 1.0e-38, -2.5, 5e-324])
+    got = UpperBounds.round_up(odd)
+    assert got.dtype == np.float32 and got[0] == 0.0
+    assert np.all(got.astype(np.float64) >= odd)
+    assert np.all(np.nextafter(got, np.float32(-np.inf)).astype(np.float64) < odd)
+    for one in (2.5, 0.0, 1e-40):  # one value: a 0-d array
+        got = UpperBounds.round_up(np.float64(one))
+        assert got.shape == () and got.dtype == np.float32 and float(got) >= one
     store = UpperBounds(3)
     store.put(0, 2, [1.0, 2.0])
     store.put(2, 3, [1e39])  # beyond float32: the array widens, nothing is lost

@@ -410,10 +410,27 @@ class BatchFunctions:
         return tuple(total) if total else float(sum(values))
 
     # ------------------------------------------------------------------ public functions
+    #: whether :meth:`prior` reads the compiled prior-and-gradient function (False once
+    #: its gradient graph could not be built)
+    _prior_by_grad = True
+
     def prior(self, q) -> float:
         """Log prior density of all free variables (with transform Jacobians) plus the
         data-free Potentials, at the step's point ``q`` (other variables as set in
-        ``shared``). O(1) in N."""
+        ``shared``). O(1) in N.
+
+        The value is the first output of the function of :meth:`prior_and_grad`, which
+        every step's set-up compiles for its mode search: one compilation of the prior
+        instead of two (0.05-0.1 s of a construction), at no measurable cost a call (the
+        gradient of a prior is a few operations). A prior whose gradient graph cannot be
+        built gets a compiled function of its own."""
+        if self._prior_by_grad:
+            try:
+                fn = self._fn("prior_grad")
+            except Exception:  # noqa: BLE001 - no gradient graph: the value's own graph
+                self._prior_by_grad = False
+            else:
+                return float(fn(np.asarray(q, dtype=np.float64))[0])
         return self._on_rows("prior", [q])
 
     def prior_and_grad(self, q):
@@ -575,7 +592,7 @@ class BatchFunctions:
 
     def map_rows(self, fn, consume, chunk: int = 65536):
         """One pass over all rows in parallel (:func:`pymc_subsample.passes.map_chunks`:
-        Dask threads, or the configured ``dask.distributed`` client): ``fn(start, stop)``
+        this process's threads, or the configured ``dask.distributed`` client): ``fn(start, stop)``
         on every chunk of ``chunk`` rows, ``consume(start, stop, result)`` in row order in
         this thread. ``fn`` must be thread-safe: NumPy arithmetic on
         :meth:`gather_slice`, and compiled functions only through a per-thread copy. The

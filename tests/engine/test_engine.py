@@ -740,7 +740,8 @@ def test_compiled_functions_hold_no_full_size_data(big):
 def test_batch_evaluation_memory_is_o_batch(big):
     eng, q, rows = big
     q2 = q + 0.1
-    eng.loglik_diff(q, q2, rows)  # warm up
+    eng.loglik_diff(q, q2, rows)  # warm up: both functions compiled before tracing
+    eng.loglik_sum_grad(q, rows)
     tracemalloc.start()
     try:
         for _ in range(3):
