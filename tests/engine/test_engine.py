@@ -972,6 +972,8 @@ def test_large_constant_signatures_are_made_once_while_pymc_derives_a_log_densit
     a sample. Equality is unchanged: equal data are equal (and hash alike), any changed
     value makes them differ, and NaN data still compare as PyTensor compares them."""
     import pytensor.tensor as pt
+    from pytensor.tensor.variable import TensorConstantSignature
+
     from pymc_subsample.engine.analysis import _BIG_CONSTANT, _constant_signatures_once
 
     a = np.linspace(0.0, 1.0, 3 * _BIG_CONSTANT + 7)
@@ -989,7 +991,39 @@ def test_large_constant_signatures_are_made_once_while_pymc_derives_a_log_densit
         assert c_a.equals(c_same) and not c_a.equals(c_b)
         assert c_nan.equals(c_nan2) and not c_nan.equals(c_a)
         assert small.signature() is not small.signature()  # small constants: PyTensor's
-    assert c_a.signature() is not c_a.signature()  # PyTensor's own method is back
+    # after the context: the constants hashed inside keep their signature (PyMC's later
+    # derivations on the model hash them as cheaply); others get PyTensor's own again
+    assert c_a.signature() is sig and c_a.equals(c_same) and not c_a.equals(c_b)
+    fresh = pt.constant(a.copy())
+    assert fresh.signature() is not fresh.signature()
+    assert type(fresh.signature()) is TensorConstantSignature
+
+
+def test_pymc_s_own_log_density_after_a_step_reuses_the_data_s_signature():
+    """``pm.sample`` derives the model's log density again (``assign_step_methods``):
+    after a step's analysis the observed data's constant keeps the signature made once,
+    and PyMC's own derivation gives the same log density as on a model never analysed."""
+    from pytensor.tensor.variable import TensorConstantSignature
+
+    from pymc_subsample.engine.analysis import _BIG_CONSTANT, model_logp
+
+    rng = np.random.default_rng(1)
+    n = _BIG_CONSTANT + 10
+    X = rng.normal(size=(n, 2))
+    y = (rng.random(n) < 0.5).astype(int)
+    models = []
+    for _ in range(2):
+        with pm.Model() as model:
+            b = pm.Normal("b", 0, 1, shape=2)
+            pm.Bernoulli("y", logit_p=pm.math.dot(X, b), observed=y)
+        models.append(model)
+    model_logp(models[0], models[0].observed_RVs, sum=False)
+    const = models[0].rvs_to_values[models[0].observed_RVs[0]]
+    sig = const.signature()
+    assert isinstance(sig, TensorConstantSignature) and const.signature() is sig
+    point = {"b": np.array([0.3, -0.2])}
+    values = [m.compile_fn(m.logp(), inputs=m.value_vars)(point) for m in models]
+    np.testing.assert_allclose(values[0], values[1], rtol=1e-12)
 
 
 def test_the_log_density_of_a_model_with_large_data_is_the_same_inside_the_context():
