@@ -592,9 +592,9 @@ class BatchFunctions:
 
     def map_rows(self, fn, consume, chunk: int = 65536):
         """One pass over all rows in parallel (:func:`pymc_subsample.passes.map_chunks`:
-        this process's threads, or the configured ``dask.distributed`` client): ``fn(start, stop)``
-        on every chunk of ``chunk`` rows, ``consume(start, stop, result)`` in row order in
-        this thread. ``fn`` must be thread-safe: NumPy arithmetic on
+        this process's threads, or the configured ``dask.distributed`` client):
+        ``fn(start, stop)`` on every chunk of ``chunk`` rows, ``consume(start, stop,
+        result)`` in row order in this thread. ``fn`` must be thread-safe: NumPy arithmetic on
         :meth:`gather_slice`, and compiled functions only through a per-thread copy. The
         pass shows on the progress bar like :meth:`row_ranges`."""
         from ..passes import map_chunks

@@ -339,8 +339,9 @@ class UpperBounds:
 
     ScalableMH keeps ``psi_i`` for as long as it lives (the thinning reads
     ``phi * psi_i`` for every candidate row). A float32 value rounded up (by at most
-    about ``2**-21`` of itself) is still an upper bound, so the algorithm stays exact (Cornish et al. 2019 only need
-    ``lambda_i <= phi * psi_i``) while the array takes 4 bytes per row instead of 8.
+    about ``2**-21`` of itself) is still an upper bound, so the algorithm stays exact
+    (Cornish et al. 2019 only need ``lambda_i <= phi * psi_i``) while the array takes 4
+    bytes per row instead of 8.
     If a finite constant does not fit in float32 (above about 3.4e38) the array
     switches to float64 for all rows. Chunks may be written from several threads.
 
