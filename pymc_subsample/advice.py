@@ -75,8 +75,9 @@ class Forecast:
         Mean rows read per kept draw (``data_used``); for NUTS ``N`` times its gradient
         evaluations per kept draw, when a NUTS pilot ran (NaN otherwise).
     ess_per_draw : float
-        Bulk ESS of the pilot (minimum over the free variables) per kept draw, at most 1
-        for a step (at most 2 for NUTS, whose draws can be antithetic); rough.
+        Bulk ESS of the pilot's least-mixing component per kept draw (:func:`least_ess`,
+        which allows for the noise of a short pilot's estimates), at most 1 for a step (at
+        most 2 for NUTS, whose draws can be antithetic); rough.
     pilot_ess, pilot_rhat : float
         The pilot's minimum bulk ESS and maximum R-hat (split R-hat for one chain).
     poor_mixing : bool
@@ -256,6 +257,73 @@ def _ess_rhat_quiet(idata, names, convergence, get_group):
     return ess, float(rhat)
 
 
+def least_ess(x, z=1.0):
+    """The least bulk ESS over components, allowing for the noise of a short pilot.
+
+    The least of ``k`` noisy ESS estimates leans low: on 10 components of equal true ESS,
+    200 draws gave a least estimate whose median was 0.67 of the truth (0.79 with the
+    allowance below; one clearly slower component came out 1.0-1.13 of its own). The noise of
+    ``log ESS`` is measured from the pilot itself: the ESS of each component on the first
+    and second halves of the draws gives ``var(log ESS_half) = mean(d^2) / 2`` (``d`` the
+    halves' difference), and a full-length estimate has half that variance (the variance
+    of an autocorrelation-time estimate falls as ``1 / n``; Geyer, "Practical Markov chain
+    Monte Carlo", 1992). The estimate is the geometric mean of the components whose ESS is
+    within ``z`` standard deviations of a difference of two estimates above the least: a
+    component that mixes clearly slower than the rest stands alone and is taken as it is.
+
+    Parameters
+    ----------
+    x : ndarray, shape (chains, draws, k)
+        The pilot's draws, one column per scalar component.
+    z : float, default 1
+        The width of the band above the least estimate, in standard deviations.
+
+    Returns
+    -------
+    float
+        The ESS forecast for the least-mixing component, 0 when some component's ESS is
+        not finite (a constant chain); the plain least estimate when there are fewer than
+        two components or 16 draws per chain.
+    """
+    import arviz as az
+    import xarray as xr
+
+    def ess(a):
+        ds = xr.Dataset({"x": (("chain", "draw", "k"), a)})
+        return np.asarray(az.ess(ds, method="bulk")["x"].values, dtype=float)
+
+    x = np.asarray(x, dtype=float)
+    if np.any(np.all(np.ptp(x, axis=1) == 0, axis=0)):
+        return 0.0  # a component that never moved (ArviZ may give it a finite ESS)
+    e = ess(x)
+    if not np.all(np.isfinite(e) & (e > 0)):
+        return 0.0
+    half = x.shape[1] // 2
+    if x.shape[2] < 2 or half < 8:
+        return float(e.min())
+    e1, e2 = ess(x[:, :half]), ess(x[:, half:2 * half])
+    if not np.all(np.isfinite(e1) & (e1 > 0) & np.isfinite(e2) & (e2 > 0)):
+        return float(e.min())
+    sd = math.sqrt(float(np.mean((np.log(e1) - np.log(e2)) ** 2)) / 4.0)
+    log_e = np.log(e)
+    band = log_e <= log_e.min() + z * math.sqrt(2.0) * sd
+    return float(np.exp(log_e[band].mean()))
+
+
+def _forecast_ess(idata, names):
+    """:func:`least_ess` of the pilot's draws of ``names`` (every scalar component)."""
+    from .diagnostics import get_group
+
+    post = get_group(idata, "posterior")[list(names)]
+    cols = []
+    for name in names:
+        v = np.asarray(post[name].values, dtype=float)
+        cols.append(v.reshape(v.shape[0], v.shape[1], -1))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return least_ess(np.concatenate(cols, axis=2))
+
+
 def _sample_kwargs(tune, draws, chains, seed):
     return {"tune": tune, "draws": draws, "chains": chains, "cores": 1,
             "random_seed": int(seed), "progressbar": False,
@@ -396,7 +464,7 @@ def _pilot_step(model, name, kwargs, seed, opts):
     fc.pilot_ess, fc.pilot_rhat = _ess_rhat(idata, opts["names"])
     fc.poor_mixing = bool(fc.pilot_ess < opts["min_pilot_ess"]
                           or not fc.pilot_rhat <= rhat_limit(opts["max_rhat"], fc.pilot_ess))
-    fc.ess_per_draw = min(max(fc.pilot_ess, 1.0) / kept, 1.0)
+    fc.ess_per_draw = min(max(_forecast_ess(idata, opts["names"]), 1.0) / kept, 1.0)
     fc.t1000_s, fc.ess_per_s = _forecast_run(fc.setup_s, fc.seconds_per_draw,
                                              fc.ess_per_draw, opts["tune"], opts["chains"])
     if fc.poor_mixing:
@@ -516,7 +584,7 @@ def _nuts_pilot(model, seed, opts, names=None):
     seconds = _stat_sum(ss, "perf_counter_diff") + _stat_sum(ws, "perf_counter_diff")
     if not (g_kept > 0 and np.isfinite(g_tune)):
         raise RuntimeError("the NUTS pilot recorded no gradient counts (n_steps)")
-    ess, _ = _ess_rhat(idata, opts["names"] if names is None else names)
+    ess = _forecast_ess(idata, opts["names"] if names is None else names)
     per_draw = min(max(ess, 1.0) / kept, 2.0)
     kept_per_draw = g_kept / kept
     # tuning of the forecast run: the pilot's tuning per chain, then (tune - pilot_tune)

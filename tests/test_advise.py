@@ -7,10 +7,12 @@ import math
 import time
 import warnings
 
+import arviz as az
 import numpy as np
 import pymc as pm
 import pytensor.tensor as pt
 import pytest
+import xarray as xr
 
 import pymc_subsample as pms
 from pymc_subsample.advice import Forecast, _first_sentence, _forecast_run, _recommend
@@ -283,8 +285,15 @@ def test_forecast_agrees_with_a_full_run_within_a_factor_2():
     (construction + pm.sample outside its loop + the tuning's share of the loop + the
     kept draws' share x 1,000 / ESS)."""
     n = 100_000
-    with _demo_model(n):
-        advice = pms.advise(steps=("ScalableMH",), nuts=(), random_seed=11)
+    # five pilots: the pilot's ESS per draw is the least bulk ESS over the 10 coefficients
+    # from 200 draws, which leans low (the least of 10 noisy estimates) and has a tail: over
+    # 40 pilot seeds its median was 0.67 against 0.86 in long runs, and 3 of 40 were below
+    # half of it. One seed's pilot is checked in full; the ESS per draw by the five's median.
+    pilots = []
+    for seed in range(11, 16):
+        with _demo_model(n):
+            pilots.append(pms.advise(steps=("ScalableMH",), nuts=(), random_seed=seed))
+    advice = pilots[0]
     forecast = advice.steps[0].t1000_s
     # the construction on a fresh model (no reused compilation), the faster of two: one
     # timing of a few seconds on a shared machine can be slowed several times by other
@@ -309,15 +318,23 @@ def test_forecast_agrees_with_a_full_run_within_a_factor_2():
     measured = construct + (wall - loop) + (loop - kept) + kept * 1000 / ess
     used = float(np.mean(get_group(idata, "sample_stats")["data_used"].values))
     fc = advice.steps[0]
-    pairs = {"T1000 s": (forecast, measured), "ESS per draw": (fc.ess_per_draw, ess / 4000),
+    per_draw = [p.steps[0].ess_per_draw for p in pilots]
+    pairs = {"T1000 s": (forecast, measured),
+             "ESS per draw (median of 5 pilots)": (float(np.median(per_draw)), ess / 4000),
              "s per draw": (fc.seconds_per_draw, loop / 6000),
              "rows per draw": (fc.rows_per_draw, used)}
     report = ", ".join(f"{k} {a:.4g} forecast / {b:.4g} measured" for k, (a, b) in pairs.items())
+    report += f"; ESS per draw of the 5 pilots {np.round(per_draw, 3).tolist()}"
     print(report)
     assert rhat < 1.01
     # the whole forecast within a factor 2, and each of its parts
     for name, (a, b) in pairs.items():
         assert 0.5 < a / b < 2.0, (name, report, str(advice))
+    # every pilot's whole forecast within a factor 2.5, and no pilot's ESS per draw above
+    # the long run's (the least over coefficients is a conservative forecast)
+    for p in pilots:
+        assert 0.4 < p.steps[0].t1000_s / measured < 2.5, (report, str(p))
+    assert max(per_draw) < 1.2 * ess / 4000, report
 
 
 def test_the_pilot_rhat_limit_allows_for_a_short_pilots_noise():
@@ -339,3 +356,48 @@ def test_the_pilot_rhat_limit_allows_for_a_short_pilots_noise():
              for _ in range(200)]
     assert np.quantile(worst, 0.99) < rhat_limit(1.1, 100.0)
     assert np.quantile(worst, 0.99) > 1.1  # the fixed 1.1 alone flags good pilots
+
+
+def _ar1(rng, rho, shape):
+    """AR(1) chains with unit stationary variance along axis 1; ESS per draw
+    ``(1 - rho) / (1 + rho)``."""
+    z = rng.standard_normal(shape)
+    x = np.empty(shape)
+    x[:, 0] = z[:, 0]
+    for t in range(1, shape[1]):
+        x[:, t] = rho * x[:, t - 1] + math.sqrt(1 - rho**2) * z[:, t]
+    return x
+
+
+def test_least_ess_allows_for_a_short_pilots_noise_and_keeps_a_slow_component():
+    """On 10 components of equal ESS, 200 draws: the median over 40 pilots of the plain
+    least estimate is a third below the truth, that of ``least_ess`` a fifth below. One
+    clearly slower component (ESS per draw 0.11 against 0.9) is forecast as itself,
+    within 35%, not pulled up to the rest."""
+    from pymc_subsample.advice import least_ess
+
+    rng = np.random.default_rng(3)
+    plain, allowed = [], []
+    for _ in range(40):
+        x = _ar1(rng, 0.05, (10, 200)).T[None]  # (1 chain, 200 draws, 10 components)
+        e = np.asarray(az.ess(xr.Dataset({"x": (("chain", "draw", "k"), x)}),
+                              method="bulk")["x"].values)
+        plain.append(e.min() / 200)
+        allowed.append(least_ess(x) / 200)
+    truth = 0.95 / 1.05
+    # measured: 0.67 of the truth for the plain least estimate, 0.79 for least_ess
+    assert np.median(plain) < 0.72 * truth
+    assert 0.74 * truth < np.median(allowed) < 1.05 * truth, (np.median(allowed), truth)
+    slow = []
+    for _ in range(40):
+        x = np.concatenate([_ar1(rng, 0.05, (9, 200)), _ar1(rng, 0.8, (1, 200))]).T[None]
+        slow.append(least_ess(x) / 200)
+    assert abs(np.median(slow) / (0.2 / 1.8) - 1) < 0.35, np.median(slow)
+    # a constant component is ESS 0; one component or very short pilots: the plain estimate
+    x = _ar1(rng, 0.05, (3, 200)).T[None]
+    x[..., 1] = 1.0
+    assert least_ess(x) == 0.0
+    one = _ar1(rng, 0.05, (1, 200)).T[None]
+    e = np.asarray(az.ess(xr.Dataset({"x": (("chain", "draw", "k"), one)}),
+                          method="bulk")["x"].values).item()
+    assert least_ess(one) == pytest.approx(e)
