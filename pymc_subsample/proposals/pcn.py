@@ -65,6 +65,15 @@ class PCN(_TunedScalar, Proposal):
     autocorrelation than needed). ``scaling`` reports
     ``beta = sqrt(1 - rho)``; :attr:`rho` gives ``rho``. ``setup`` requires ``mode``
     and ``cov``.
+
+    Near ``rho = 0`` pCN is an independence sampler with the Gaussian ``N(mode, cov)``.
+    When the posterior's tail is heavier than that Gaussian's (a skewed posterior), the
+    weight ``posterior / Gaussian`` is unbounded and the chain is not geometrically
+    ergodic (Mengersen and Tweedie, "Rates of convergence of the Hastings and Metropolis
+    algorithms", 1996): it stays long in the heavy tail, rarely, so batch-means errors
+    and ArviZ's ESS of a single run can be too optimistic. It is still exact (checked
+    from chains started at exact posterior draws in the tests). On such posteriors the
+    reversible random walk (``proposal="reversible"``) or a random walk mixes more evenly.
     """
 
     _LOG_BETA_MIN = math.log(1e-6)
