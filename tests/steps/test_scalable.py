@@ -1009,6 +1009,15 @@ def test_exact_on_a_skewed_small_posterior(skewed, order, proposal):
                    label=f"skewed order {order} {proposal}")
 
 
+class _AcceptAll(pms.ScalableMH):
+    """ScalableMH with its test removed: every proposal accepted (a broken sampler that
+    the exactness checks must catch)."""
+
+    def _decide(self, q, q_prop, log_prior_ratio, log_qratio):
+        d = super()._decide(q, q_prop, log_prior_ratio, log_qratio)
+        return dataclasses.replace(d, accepted=True)
+
+
 def _posterior_starts(problem, k, rng):
     """``k`` exact draws from the skewed posterior: grid cells drawn by their quadrature
     weight, then a uniform point in the cell."""
@@ -1041,15 +1050,10 @@ def test_order_1_pcn_is_exact_from_chains_started_in_the_posterior(skewed, broke
     (measured: |z| from 7.8 to 73)."""
     from pymc_subsample.proposals import PCN
 
-    class AcceptAll(pms.ScalableMH):
-        def _decide(self, q, q_prop, log_prior_ratio, log_qratio):
-            d = super()._decide(q, q_prop, log_prior_ratio, log_qratio)
-            return dataclasses.replace(d, accepted=True)
-
     k, n = 200, 200
     starts = _posterior_starts(skewed, k, np.random.default_rng(5))
     with skewed.model:
-        step = (AcceptAll if broken else pms.ScalableMH)(order=1, proposal=PCN(rho=0.0))
+        step = (_AcceptAll if broken else pms.ScalableMH)(order=1, proposal=PCN(rho=0.0))
     idata = _sample(skewed.model, step, draws=n, tune=0, chains=k, seed=SEED + 52,
                     initvals=[{"a": a, "b": b} for a, b in starts])
     draws, ref = _draws(idata, ["a", "b"]), skewed.reference()
@@ -1101,13 +1105,8 @@ def test_skewed_check_catches_a_sampler_that_accepts_everything(skewed):
     """The same check on ScalableMH with its test removed (every pCN proposal accepted:
     i.i.d. Laplace draws) must fail."""
 
-    class AcceptAll(pms.ScalableMH):
-        def _decide(self, q, q_prop, log_prior_ratio, log_qratio):
-            d = super()._decide(q, q_prop, log_prior_ratio, log_qratio)
-            return dataclasses.replace(d, accepted=True)
-
     with skewed.model:
-        step = AcceptAll(order=2)
+        step = _AcceptAll(order=2)
     idata = _sample(skewed.model, step, draws=8000, tune=1000, seed=SEED + 60)
     with pytest.raises(AssertionError):
         assert_matches(_draws(idata, ["a", "b"]), skewed.reference(), label="accept-all")
