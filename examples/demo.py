@@ -10,9 +10,13 @@ otherwise.
 Prints, per method: wall time (set-up and compilation included), bulk ESS (min over
 parameters) per second, mean rows read per step, R-hat, and the largest posterior-mean
 difference from the Laplace approximation at the mode (accurate to about N^-1/2 posterior
-sd here) in posterior standard deviations; then each step's ESS/s over the fastest NUTS
-measured (named) and over PyMC's default NUTS. Writes a PNG summary (traces and data
-usage).
+sd here) in posterior standard deviations; then each step's ESS/s over the fastest
+converged NUTS measured (named), over PyMC's default NUTS if it converged, and over PyMC's
+NUTS projected. A budgeted NUTS run that has not converged (:func:`not_converged`: R-hat
+above 1.01, a bulk ESS under 100 per chain, or a posterior mean further from the reference
+than its Monte Carlo error allows) is printed as "not converged", with the reason, and its
+ESS/s is neither shown nor used as a ratio's denominator (:func:`speedup_baselines`).
+Writes a PNG summary (traces and data usage).
 
 PyTensor's start-up cost in a process (reading its compile cache's index, paid once per
 Python session by whatever compiles first) is paid before any timing and counted for no
@@ -58,6 +62,129 @@ STEPS = ("ScalableMH", "AustereMH", "BarkerMinibatch", "SGLD")
 NUTS_SAMPLERS = {"pymc": "NUTS (PyMC)", "numpyro": "NUTS (numpyro)", "nutpie": "NUTS (nutpie)"}
 #: modules each NUTS sampler needs beyond PyMC
 NUTS_REQUIRES = {"numpyro": ("numpyro", "jax"), "nutpie": ("nutpie", "numba")}
+
+
+#: a budgeted NUTS run's ESS/s is a speed figure only if its largest R-hat is at most this
+RHAT_MAX = 1.01
+#: ... and its bulk ESS (min over the coefficients) at least this per chain (Vehtari et
+#: al. 2021, "Rank-normalization, folding, and localization", Sec. 4: 100 per chain)
+ESS_PER_CHAIN_MIN = 100
+#: ... and every posterior mean within this many Monte Carlo standard errors (posterior sd
+#: / sqrt(ESS)) of the reference, plus the reference's own error
+MEAN_MCSE_MAX = 4.0
+
+
+def not_converged(ess, rhat, dev, *, chains, ref_error=0.0):
+    """Why a run has not converged, or None when it has.
+
+    Parameters
+    ----------
+    ess : float
+        Bulk ESS, the minimum over the parameters.
+    rhat : float
+        R-hat, the maximum over the parameters.
+    dev : float
+        The largest ``|posterior mean - reference mean| / reference sd`` over the
+        parameters.
+    chains : int
+        Number of chains (the ESS threshold is :data:`ESS_PER_CHAIN_MIN` per chain).
+    ref_error : float, optional
+        The reference's own error in posterior sds (the Laplace approximation's, about
+        ``N**-0.5`` here), added to the allowed deviation.
+
+    Returns
+    -------
+    str or None
+        The failed criteria, joined by "; " (R-hat above :data:`RHAT_MAX`, an ESS under
+        ``ESS_PER_CHAIN_MIN * chains``, a deviation over ``MEAN_MCSE_MAX / sqrt(ess) +
+        ref_error``; a non-finite value fails its criterion), or None.
+    """
+    reasons = []
+    if not rhat <= RHAT_MAX:
+        reasons.append(f"R-hat {rhat:.3f} > {RHAT_MAX}")
+    ess_min = ESS_PER_CHAIN_MIN * chains
+    if not ess >= ess_min:
+        reasons.append(f"ESS {ess:.0f} < {ess_min}")
+    limit = MEAN_MCSE_MAX / np.sqrt(ess) + ref_error if ess > 0 else 0.0
+    if not dev <= limit:
+        reasons.append(f"max |dmean|/sd {dev:.3g} > {limit:.3g}")
+    return "; ".join(reasons) or None
+
+
+def speedup_baselines(nuts_rates, failures, proj_rate, *, pymc_name):
+    """The denominators of the steps' speed-ups: converged NUTS runs and the projection.
+
+    Parameters
+    ----------
+    nuts_rates : dict
+        ESS/s of each budgeted NUTS run, by label.
+    failures : dict
+        :func:`not_converged`'s answer for each label (None: converged).
+    proj_rate : float
+        PyMC's NUTS projected (:func:`nuts_projection`), always a denominator.
+    pymc_name : str
+        The label of PyMC's default NUTS.
+
+    Returns
+    -------
+    list of (str, float)
+        ``(label, ESS/s)``: the fastest converged run (if any), PyMC's default NUTS if it
+        converged and is not that run, then ``("PyMC's NUTS projected", proj_rate)``. A
+        run that has not converged is never one of them.
+    """
+    converged = {n: r for n, r in nuts_rates.items() if failures.get(n, "unchecked") is None}
+    out = []
+    if converged:
+        fastest = max(converged, key=converged.get)
+        out.append((fastest, converged[fastest]))
+        if pymc_name in converged and pymc_name != fastest:
+            out.append((pymc_name, converged[pymc_name]))
+    out.append(("PyMC's NUTS projected", proj_rate))
+    return out
+
+
+def speedup_text(step_rates, nuts_rates, failures, projection, *, rows):
+    """The lines under the table: the budgeted NUTS runs, the projection, the speed-ups.
+
+    Parameters
+    ----------
+    step_rates : dict
+        ESS/s of each subsampling step, by name.
+    nuts_rates : dict
+        ESS/s of each budgeted NUTS run, by label (in the order run).
+    failures : dict
+        :func:`not_converged`'s answer for each NUTS label.
+    projection : tuple
+        :func:`nuts_projection`'s ``(ESS/s, gradients per ESS, seconds per gradient)``.
+    rows : int
+        N, for the text.
+
+    Returns
+    -------
+    str
+        A NUTS run that has not converged is named as such, with its reason and without
+        its ESS/s; the speed-ups are over :func:`speedup_baselines`'s denominators.
+    """
+    proj_rate, per_ess, t_grad = projection
+    baselines = speedup_baselines(nuts_rates, failures, proj_rate,
+                                  pymc_name=NUTS_SAMPLERS["pymc"])
+    runs = [f"{n} {r:.3f} ESS/s" if failures.get(n, "unchecked") is None
+            else f"{n} not converged ({failures.get(n, 'unchecked')})"
+            for n, r in nuts_rates.items()]
+    out = [
+        "NUTS runs above (budgeted, compilation included): " + ", ".join(runs),
+        f"PyMC's NUTS projected at N = {rows:,}: {per_ess:.0f} gradients per ESS (fully "
+        f"tuned, counted on 20,000 rows of the same data) x {1e3 * t_grad:.1f} ms per "
+        f"full-data gradient = {proj_rate:.3f} ESS/s",
+        "ESS/s over NUTS's (wall times include each step's set-up; a NUTS run that has not "
+        "converged is no denominator): against " + ", ".join(label for label, _ in baselines),
+    ]
+    for name, rate in step_rates.items():
+        ratios = [(rate / base, label) for label, base in baselines]
+        out.append(f"  {name:<16}" + "".join(
+            f" {f'{r:,.0f}' if r >= 10 else f'{r:.1f}':>9}x {label:<22}"
+            for r, label in ratios).rstrip())
+    return "\n".join(out)
 
 
 def build_model(X, y):
@@ -232,14 +359,21 @@ def main():
     with model:
         laplace = pms.diagnostics.laplace_approximation()
     ref_mean, ref_sd = laplace["mean"].to_numpy(), laplace["sd"].to_numpy()
-    header = (f"{'method':<17}{'wall s':>9}{'ESS bulk':>10}{'ESS/s':>10}{'rows/step':>12}"
+    header = (f"{'method':<17}{'wall s':>9}{'ESS bulk':>10}{'ESS/s':>14}{'rows/step':>12}"
               f"{'R-hat':>8}{'max |dmean|/sd':>16}")  # (NUTS's wall: compilation included)
     lines = [header, "-" * len(header)]
     rows_read, rates = {}, {}  # per method, for the figure
+    failures = {}  # per NUTS run: why it has not converged, or None
     for name, (idata, wall) in results.items():
         ess, rhat = convergence(idata)
         mean, _, _ = posterior_moments(idata)
         dev = np.max(np.abs(mean - ref_mean) / ref_sd)
+        rate_txt = f"{ess / wall:>14.2f}"
+        if name in nuts_names:
+            failures[name] = not_converged(ess, rhat, dev, chains=chains,
+                                           ref_error=1 / np.sqrt(args.rows))
+            if failures[name] is not None:
+                rate_txt = f"{'not converged':>14}"
         try:
             used = data_usage_summary(idata).loc["all", "mean"]
         except KeyError:
@@ -248,31 +382,18 @@ def main():
             )  # NUTS: every leapfrog step reads all N rows
         used_txt = f"{used:,.2f}" if used < 10 else f"{used:,.0f}"
         rows_read[name], rates[name] = used, ess / wall
-        lines.append(f"{name:<17}{wall:>9.1f}{ess:>10.0f}{ess / wall:>10.2f}{used_txt:>12}"
+        lines.append(f"{name:<17}{wall:>9.1f}{ess:>10.0f}{rate_txt}{used_txt:>12}"
                      f"{rhat:>8.3f}{dev:>16.3f}")
     lines.append("(max |dmean|/sd: against the Laplace approximation at the mode, accurate to "
                  f"about {1 / np.sqrt(args.rows):.3f} sd here)")
     table = "\n".join(lines)
     print("\n" + table)
     nuts_rates = {name: rates[name] for name in nuts_names}
-    fastest = max(nuts_rates, key=nuts_rates.get)
-    pymc_name = NUTS_SAMPLERS["pymc"]
-    out = [
-        "NUTS runs above (budgeted, compilation included): "
-        + ", ".join(f"{n} {r:.3f} ESS/s" for n, r in nuts_rates.items())
-        + f"; the fastest measured: {fastest}",
-        f"PyMC's NUTS projected at N = {args.rows:,}: {per_ess:.0f} gradients per ESS (fully "
-        f"tuned, counted on 20,000 rows of the same data) x {1e3 * t_grad:.1f} ms per "
-        f"full-data gradient = {proj_rate:.3f} ESS/s",
-        f"ESS/s over NUTS's (wall times include each step's set-up): against the fastest NUTS "
-        f"measured ({fastest}), PyMC's default NUTS ({pymc_name}), and PyMC's NUTS projected",
-    ]
-    for name in STEPS:
-        rate = rates[name]
-        out.append(f"  {name:<16} {rate / nuts_rates[fastest]:>9,.0f}x {fastest:<15} "
-                   f"{rate / nuts_rates[pymc_name]:>9,.0f}x {pymc_name:<12} "
-                   f"{rate / proj_rate:>9,.0f}x PyMC's NUTS projected")
-    ratio_text = "\n".join(out)
+    for name, why in failures.items():
+        if why is not None:  # not a speed figure: neither in the ratios nor in the figure
+            del rates[name]
+    ratio_text = speedup_text({n: rates[n] for n in STEPS}, nuts_rates, failures,
+                              proj, rows=args.rows)
     print("\n" + ratio_text)
     table += "\n\n" + ratio_text
 

@@ -131,16 +131,6 @@ def _swapped(compiled, swap):
     return out
 
 
-def forget_compiled(model=None) -> None:
-    """Drop the compiled functions kept for reuse (:meth:`BatchFunctions.reused`): those
-    of ``model``, or all."""
-    with _reused_lock:
-        if model is None:
-            _reused.clear()
-        else:
-            _reused.pop(model, None)
-
-
 @dataclass(frozen=True)
 class Evaluation:
     """One compiled function of the engine.

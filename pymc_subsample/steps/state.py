@@ -7,9 +7,9 @@ The layer under :class:`~pymc_subsample.steps.base.SubsampleStep`:
 * :func:`summarise`, one draw's stats from its ``steps_per_draw`` transitions;
 * :class:`SubsampleStepState` and :class:`ChainState`: the per-chain state (tuning flag,
   proposal tuning, warnings issued) that PyMC resets once per chain (``set_rng`` on
-  PyMC 5, ``setup_chain`` on PyMC 6) and carries in ``sampling_state``;
-* the progress-bar columns (:func:`progressbar_config`,
-  :func:`progressbar_update_functions`).
+  PyMC 5, ``setup_chain`` on PyMC 6) and carries in ``sampling_state``.
+
+The progress-bar columns are :class:`~pymc_subsample.steps.base.SubsampleStep`'s.
 """
 
 from __future__ import annotations
@@ -32,8 +32,6 @@ __all__ = [
     "ChainState",
     "ChainVars",
     "Warnings",
-    "progressbar_config",
-    "progressbar_update_functions",
 ]
 
 BASE_STATS = {
@@ -246,34 +244,3 @@ class ChainState:
         warnings.pending.append(
             SamplerWarning(kind, f"{type(self).__name__}: {message}", "warn"))
 
-
-def progressbar_config(columns, n_chains: int = 1):
-    """PyMC's progress-bar hook (``_progressbar_config``): one ``rich`` text column per
-    entry ``(stat, field, header, format)`` of ``columns``."""
-    from rich.progress import TextColumn
-    from rich.table import Column
-
-    out = [
-        TextColumn(f"{{task.fields[{name}]}}", table_column=Column(header, ratio=1))
-        for _, name, header, _ in columns
-    ]
-    return out, {name: ["-"] * n_chains for _, name, _, _ in columns}
-
-
-def progressbar_update_functions(columns):
-    """PyMC's progress-bar hook (``_make_progressbar_update_functions``): the running
-    means of the columns' stats over the draws so far. PyMC passes a draw's stats
-    without its chain, so the means pool the chains (which run the same kernel); tuning
-    draws count too."""
-    totals = {stat: 0.0 for stat, *_ in columns}
-    count = [0]
-
-    def update_stats(step_stats):
-        count[0] += 1
-        out = {}
-        for stat, name, _, fmt in columns:
-            totals[stat] += float(step_stats.get(stat, 0.0))
-            out[name] = fmt.format(totals[stat] / count[0])
-        return out
-
-    return (update_stats,)
