@@ -11,7 +11,7 @@ from scipy import special
 
 from ..kernels.austere_design import design_austerity_test
 from ..kernels.austere_dp import sequential_test_dp
-from ..kernels._validation import check_epsilon, is_real
+from ..kernels._validation import InvalidParameterError, check_epsilon, is_real
 from ..kernels.austere import austere_test
 from ..kernels.clt_error import austere_clt_weight
 from .growing import GROWING_STATS, GrowingBatchStep
@@ -139,7 +139,7 @@ class AustereMH(GrowingBatchStep):
         **kwargs,
     ):
         if not is_real(epsilon):  # a string or None is a type error at the boundary
-            raise TypeError(f"epsilon must be a number in [0, 0.5), got {epsilon!r}.")
+            raise InvalidParameterError(f"epsilon must be a number in [0, 0.5), got {epsilon!r}.")
         self.epsilon = check_epsilon(epsilon)  # 0 is exact MH; typical values 0.01-0.2
         super().__init__(
             vars, batch_size=batch_size, batch_increment=batch_increment, proposal=proposal,

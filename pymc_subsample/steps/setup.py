@@ -16,6 +16,7 @@ import numpy as np
 from ..center import center_at, find_center, parse_point
 from ..engine.glm import detect_glm
 from ..engine.predictor import affine_likelihood
+from ..kernels._validation import InvalidParameterError
 from ..kernels.control_variates import (
     NoControlVariate,
     PredictorTaylorControlVariate,
@@ -171,7 +172,7 @@ def build_estimator(engine, name: str, batch_size: int, *, center=None, chol=Non
     if name == "minibatch":
         return make_estimator(name, n, batch_size)
     if center is None:
-        raise ValueError(
+        raise InvalidParameterError(
             f"the gradient estimator {name!r} needs a centre (the posterior mode), and "
             f"{owner} has none here (control_variate=0?). Use control variates, or "
             "gradient='minibatch'."
