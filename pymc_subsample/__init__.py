@@ -39,6 +39,8 @@ _LAZY = {
     "compute_log_likelihood": "pymc_subsample.workflow",
     "sample_posterior_predictive": "pymc_subsample.workflow",
     "advise": "pymc_subsample.advice",
+    "check_step": "pymc_subsample.step_checks",
+    "steps": "pymc_subsample.steps",
 }
 
 __all__ = sorted(_LAZY) + ["__version__"]
