@@ -157,7 +157,7 @@ class GrowingBatchStep(MHStep):
         if self.cv.name == "saga":
             setup.check_store_memory(
                 self.n_rows, self.ndim, self.SAGA_MEMORY, what=f"{type(self).__name__}("
-                "control_variate='saga')", advice="Use control_variate='taylor2'.")
+                "control_variate='saga')", advice="Use control_variate=2 ('taylor2').")
         grads = (setup.row_gradients(eng, self.center.theta)
                  if self.cv.name == "saga" or self.sampling == "importance" else None)
         self.control = self._make_control(grads)
