@@ -15,16 +15,18 @@ __version__ = "0.1.0"
 _LAZY = {
     "LikelihoodEngine": "pymc_subsample.engine",
     "ControlVariate": "pymc_subsample.kernels.control_variates",
-    "ModelNotSupportedError": "pymc_subsample.engine",
-    "InvalidDataError": "pymc_subsample.engine",
-    "InvalidParameterError": "pymc_subsample.kernels._validation",
-    "BoundViolationError": "pymc_subsample.kernels.thinning",
-    "DataFileChangedError": "pymc_subsample.out_of_core",
+    "ModelNotSupportedError": "pymc_subsample.errors",
+    "InvalidDataError": "pymc_subsample.errors",
+    "InvalidParameterError": "pymc_subsample.errors",
+    "BoundViolationError": "pymc_subsample.errors",
+    "DataFileChangedError": "pymc_subsample.errors",
+    "errors": "pymc_subsample.errors",
+    "validation": "pymc_subsample.validation",
     "AustereMH": "pymc_subsample.steps.austere",
     "BarkerMinibatch": "pymc_subsample.steps.barker",
     "ScalableMH": "pymc_subsample.steps.scalable",
     "SGLD": "pymc_subsample.steps.sgld",
-    "SGLDDivergenceError": "pymc_subsample.steps.sgld",
+    "SGLDDivergenceError": "pymc_subsample.errors",
     "consensus_sample": "pymc_subsample.consensus.run",
     "design_austerity_test": "pymc_subsample.kernels.austere_design",
     "datasets": "pymc_subsample.datasets",
@@ -37,6 +39,8 @@ _LAZY = {
     "compute_log_likelihood": "pymc_subsample.workflow",
     "sample_posterior_predictive": "pymc_subsample.workflow",
     "advise": "pymc_subsample.advice",
+    "check_step": "pymc_subsample.step_checks",
+    "steps": "pymc_subsample.steps",
 }
 
 __all__ = sorted(_LAZY) + ["__version__"]

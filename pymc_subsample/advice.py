@@ -24,15 +24,16 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from .kernels._validation import InvalidParameterError, check_int, check_positive
+from .steps import REGISTRY as STEP_REGISTRY
 
 __all__ = ["advise", "Advice", "Forecast", "STEP_NAMES", "NUTS_NAMES"]
 
-#: the package's steps that :func:`advise` tries, in this order
-STEP_NAMES = ("ScalableMH", "AustereMH", "BarkerMinibatch", "SGLD")
+#: the package's steps that :func:`advise` tries, in this order: those of
+#: :data:`pymc_subsample.steps.REGISTRY` with ``advise=True`` (at import; a step
+#: registered later is tried too, as :func:`advise` reads the registry when called)
+STEP_NAMES = tuple(name for name, entry in STEP_REGISTRY.items() if entry.advise)
 #: the NUTS samplers :func:`advise` prices: ``"pymc"`` and ``"numpyro"`` (when installed)
 NUTS_NAMES = ("pymc", "numpyro")
-_EXACT = {"ScalableMH": "exact", "AustereMH": "approx. (epsilon)",
-          "BarkerMinibatch": "approx. (delta)", "SGLD": "approx. (step size)"}
 _NUTS_LABELS = {"pymc": "NUTS (PyMC)", "numpyro": "NUTS (numpyro)"}
 #: assumed Python overhead of PyMC's NUTS per gradient, for pricing its pilot only (s)
 _NUTS_OVERHEAD_S = 2e-4
@@ -420,10 +421,9 @@ def _fresh_copy(model):
 def _pilot_step(model, name, kwargs, seed, opts):
     import pymc as pm
 
-    import pymc_subsample as pms
-
-    fc = Forecast(method=name, exact=_EXACT[name])
-    cls = getattr(pms, name)
+    entry = STEP_REGISTRY[name]
+    fc = Forecast(method=name, exact=entry.exactness)
+    cls = entry.load()
     twin, _ = _fresh_copy(model)
     model, note = _fresh_copy(model)
     if note:
@@ -720,7 +720,7 @@ def _recommend(steps, nuts, margin, fast_enough=0.0):
                          f"pm.sample(step=pms.{best.method}()).")
 
 
-def advise(model=None, *, pilot_draws=200, pilot_tune=None, pilot_chains=1, steps=STEP_NAMES,
+def advise(model=None, *, pilot_draws=200, pilot_tune=None, pilot_chains=1, steps=None,
            step_kwargs=None, nuts=NUTS_NAMES, tune=1000, chains=2, nuts_grads_per_ess=None,
            nuts_pilot="auto", nuts_pilot_budget=10.0, nuts_margin=2.0, nuts_fast_enough=30.0,
            min_pilot_ess=10.0,
@@ -794,9 +794,10 @@ def advise(model=None, *, pilot_draws=200, pilot_tune=None, pilot_chains=1, step
         Tuning draws per pilot chain; default ``pilot_draws``.
     pilot_chains : int, default 1
         Pilot chains (one after the other).
-    steps : sequence of str, default all four
-        Which of ``"ScalableMH"``, ``"AustereMH"``, ``"BarkerMinibatch"``, ``"SGLD"`` to
-        try.
+    steps : sequence of str, optional
+        Which steps of :data:`pymc_subsample.steps.REGISTRY` to try, by name
+        (``"ScalableMH"``, ``"AustereMH"``, ``"BarkerMinibatch"``, ``"SGLD"``). Default:
+        every registered step with ``advise=True``, in the registry's order.
     step_kwargs : dict, optional
         ``{step name: keyword arguments}`` for its construction.
     nuts : sequence of str, default ``("pymc", "numpyro")``
@@ -870,14 +871,16 @@ def advise(model=None, *, pilot_draws=200, pilot_tune=None, pilot_chains=1, step
     pilot_draws = _int("pilot_draws", pilot_draws, 20)
     pilot_tune = pilot_draws if pilot_tune is None else _int("pilot_tune", pilot_tune, 0)
     pilot_chains = _int("pilot_chains", pilot_chains, 1)
-    steps = _names("steps", steps, STEP_NAMES)
+    registered = tuple(STEP_REGISTRY)
+    steps = _names("steps", tuple(n for n in registered if STEP_REGISTRY[n].advise)
+                   if steps is None else steps, registered)
     nuts = _names("nuts", nuts, NUTS_NAMES)
     step_kwargs = dict(step_kwargs or {})
-    unknown = sorted(set(step_kwargs) - set(STEP_NAMES))
+    unknown = sorted(set(step_kwargs) - set(registered))
     if unknown:
         raise InvalidParameterError(
             f"advise: step_kwargs has unknown step names {unknown}; use names among "
-            f"{list(STEP_NAMES)}.")
+            f"{list(registered)}.")
     if nuts_pilot not in ("auto", True, False):
         raise InvalidParameterError(
             f"advise: nuts_pilot must be 'auto', True or False, got {nuts_pilot!r}.")

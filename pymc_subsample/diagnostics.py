@@ -11,6 +11,7 @@ import arviz as az
 import numpy as np
 
 from .kernels._validation import InvalidParameterError, check_positive_int, check_share
+from .kernels.control_variates import control_variate_label
 
 __all__ = [
     "get_group",
@@ -302,7 +303,7 @@ def step_settings(idata) -> dict:
             if not same:
                 raise ValueError(f"The recorded setting '{name}' varies over the draws.")
             value = first.item()
-            found.append("saga" if name == "control_variate" and value == -1 else value)
+            found.append(control_variate_label(value) if name == "control_variate" else value)
         out[name] = found[0] if len(found) == 1 else tuple(found)
     return out
 

@@ -17,6 +17,8 @@ import xarray as xr
 import pymc_subsample as pms
 from pymc_subsample.advice import Forecast, _first_sentence, _forecast_run, _recommend
 from pymc_subsample.diagnostics import convergence, get_group
+from pymc_subsample.steps import REGISTRY as STEP_REGISTRY
+from pymc_subsample.steps import StepEntry
 
 FAST = {"pilot_draws": 60, "pilot_tune": 60, "timing_budget": 0.2, "random_seed": 3}
 
@@ -172,10 +174,33 @@ def test_sgld_refusal_of_a_hierarchical_model_is_reported():
     assert nuts.grads_source == "assumed (hierarchical)" and nuts.grads_per_ess == 600.0
 
 
+def test_advise_takes_its_steps_and_their_exactness_from_the_registry(monkeypatch):
+    """A step registered in :data:`pymc_subsample.steps.REGISTRY` is tried by default
+    (here one that refuses every model), with the exactness its entry declares; one
+    registered with ``advise=False`` is not."""
+
+    class Refuses:
+        def __init__(self, **kwargs):
+            raise pms.ModelNotSupportedError("Refuses samples no model. Use another step.")
+
+    monkeypatch.setitem(STEP_REGISTRY, "Refuses", StepEntry("Refuses", Refuses, knob="tol"))
+    monkeypatch.setitem(STEP_REGISTRY, "Hidden", StepEntry("Hidden", Refuses, advise=False))
+    with _coupled_model():
+        advice = pms.advise(steps=None, nuts=(), **FAST)
+    new = advice.steps[-1]
+    assert [f.method for f in advice.steps][-2:] == ["SGLD", "Refuses"]
+    assert new.status == "refused" and new.exact == "approx. (tol)"
+    assert new.reason == "ModelNotSupportedError: Refuses samples no model."
+    assert pms.advice.STEP_NAMES == ("ScalableMH", "AustereMH", "BarkerMinibatch", "SGLD")
+
+
 def test_rows_coupled_recommends_nuts():
     with _coupled_model():
         advice = pms.advise(nuts=("pymc",), nuts_pilot=False, **FAST)
-    assert [f.status for f in advice.steps] == ["refused"] * 4
+    entries = [entry for entry in STEP_REGISTRY.values() if entry.advise]
+    assert [f.method for f in advice.steps] == [entry.name for entry in entries]
+    assert [f.exact for f in advice.steps] == [entry.exactness for entry in entries]
+    assert [f.status for f in advice.steps] == ["refused"] * len(entries)
     assert all("does not factorise" in f.reason for f in advice.steps)
     assert advice.n_rows == 2000
     assert advice.recommendation == "NUTS"

@@ -1,10 +1,11 @@
 """docs/architecture.md says a new step method is one module (an MHStep subclass with
-its ``_decide``) plus one registry line, a new proposal one module (a Proposal subclass)
-plus one line in ``proposals.REGISTRY``, and a new control variate a ControlVariate
-subclass of a few lines handed to ``control_variate=``. This checks all three, on a
-conjugate model whose posterior is known exactly: the draws must match it, and the same
-check catches a step that accepts every proposal and a control variate whose sum is
-wrong."""
+its ``_decide``) plus one line in ``steps.REGISTRY``, a new proposal one module (a
+Proposal subclass) plus one line in ``proposals.REGISTRY``, and a new control variate a
+ControlVariate subclass of a few lines handed to ``control_variate=``. This checks all
+three, on a conjugate model whose posterior is known exactly: the draws must match it,
+and the same check catches a step that accepts every proposal and a control variate
+whose sum is wrong. A registered step passes ``check_step`` through the common test with
+no edit to it, and ``check_step`` fails a step with one of three plausible bugs."""
 
 from __future__ import annotations
 
@@ -42,6 +43,37 @@ def _exact_mh_step(broken=False):
             return Decision(accept, data_used=self.n_rows, n_batches=1)
 
     return FullDataMH
+
+
+def _broken_steps():
+    """Three plausible bugs in a new step, each caught by one check of check_step: a
+    stat declared but never emitted; a generator of its own, outside PyMC's
+    ``sampling_state`` (the restored chain then draws differently); a refusal with a
+    plain ``ValueError``."""
+    from pymc_subsample.steps.mh import Decision
+
+    FullDataMH = _exact_mh_step()
+
+    class DeclaresTooMuch(FullDataMH):
+        stats_dtypes_shapes = {**FullDataMH.stats_dtypes_shapes, "rows_seen": (np.int64, [])}
+
+    class OwnGenerator(FullDataMH):
+        def _decide(self, q, q_prop, log_prior_ratio, log_qratio):
+            if not hasattr(self, "_own"):  # (a Barker-like coin, drawn from its own stream)
+                self._own = np.random.default_rng(0)
+            log_r = log_prior_ratio + log_qratio + self.engine.full_loglik_diff(q, q_prop)
+            accepted = self._own.random() < 1.0 / (1.0 + math.exp(-log_r))
+            return Decision(accepted, data_used=self.n_rows, n_batches=1)
+
+    class PlainRefusal(FullDataMH):
+        def __init__(self, *args, tol=1.0, **kwargs):
+            if tol <= 0:
+                raise ValueError(f"tol must be positive, got {tol!r}.")
+            super().__init__(*args, **kwargs)
+
+    return {"DeclaresTooMuch": (DeclaresTooMuch, "does not emit declared stats", {}),
+            "OwnGenerator": (OwnGenerator, "after sampling_state was set back", {}),
+            "PlainRefusal": (PlainRefusal, "raised ValueError, not the public", {"tol": 0.0})}
 
 
 class ReflectedWalk(Proposal):
@@ -140,3 +172,27 @@ def test_a_new_control_variate_reduces_the_rows_read(conjugate):
         idata = run_sample(model, step, draws=300, tune=200, chains=1, seed=10)
         used[name] = float(sample_stats(idata)["data_used"].values.mean())
     assert used["user"] < 0.5 * used["plain"], used
+
+
+def test_a_new_step_in_the_registry_passes_the_common_check_step_test(monkeypatch):
+    """One registry line and the common, parametrised test runs on the new step as it
+    is (no edit to it); the step is then tried by pms.advise too (tests/test_advise.py)."""
+    from pymc_subsample.steps import REGISTRY, StepEntry
+    from tests.test_step_checks import test_every_registered_step_passes_check_step
+
+    entry = StepEntry("FullDataMH", _exact_mh_step(), check_kwargs={"proposal": "random_walk"},
+                      refusals=({"steps_per_draw": 0},))
+    monkeypatch.setitem(REGISTRY, "FullDataMH", entry)
+    test_every_registered_step_passes_check_step("FullDataMH")
+
+
+@pytest.mark.parametrize("name", ["DeclaresTooMuch", "OwnGenerator", "PlainRefusal"])
+def test_check_step_fails_a_broken_step(name):
+    from pymc_subsample.step_checks import check_step
+    from pymc_subsample.steps import StepEntry
+
+    cls, finding, refusal = _broken_steps()[name]
+    entry = StepEntry(name, cls, check_kwargs={"proposal": "random_walk"},
+                      refusals=(refusal or {"steps_per_draw": 0},))
+    with pytest.raises(AssertionError, match=finding):
+        check_step(entry)

@@ -16,11 +16,12 @@ import pytensor.tensor as pt
 import pytest
 
 import pymc_subsample as pms
+from pymc_subsample.steps import REGISTRY as STEP_REGISTRY
 from pymc_subsample.engine.analysis import check_factorises
 from pymc_subsample.testing import mcse_mean, mcse_sd, posterior, sample_stats
 from tests.conftest import logistic_model, run_sample, sampler_warnings
 
-STEPS = [pms.AustereMH, pms.BarkerMinibatch, pms.ScalableMH, pms.SGLD]
+STEPS = [entry.load() for entry in STEP_REGISTRY.values()]
 STEP_IDS = [s.__name__ for s in STEPS]
 
 

@@ -13,12 +13,15 @@ import pymc as pm
 import pytest
 
 import pymc_subsample as pms
+from pymc_subsample.steps import REGISTRY as STEP_REGISTRY
+from pymc_subsample.steps.mh import MHStep
 from pymc_subsample.testing import batch_means_se, from_datasets, sample_stats
 from tests.conftest import logistic_data, logistic_model, run_sample
 
-METHODS = ["ScalableMH", "AustereMH", "BarkerMinibatch"]
-#: with SGLD, which has no MH test (its progress columns differ)
-ALL_STEPS = METHODS + ["SGLD"]
+#: every registered step, and those with an MH test (SGLD has none: its progress columns
+#: differ)
+ALL_STEPS = list(STEP_REGISTRY)
+METHODS = [name for name in ALL_STEPS if issubclass(STEP_REGISTRY[name].load(), MHStep)]
 
 
 @pytest.fixture(scope="module")

@@ -17,10 +17,11 @@ from pymc_subsample.center import find_center, random_subset, warm_sizes
 from pymc_subsample.engine import evaluate
 from pymc_subsample.engine.glm import detect_glm
 from pymc_subsample.engine.predictor import affine_likelihood
+from pymc_subsample.steps import REGISTRY as STEP_REGISTRY
 from pymc_subsample.steps.scalable_bounds import BoundsRider, predictor_bounds
 from pymc_subsample.steps.setup import CENTER_TOL
 
-STEPS = ("ScalableMH", "AustereMH", "BarkerMinibatch", "SGLD")
+STEPS = tuple(STEP_REGISTRY)
 
 
 def _logistic(n, d=4, seed=3, intercept=True):

@@ -36,11 +36,105 @@ __all__ = [
     "TaylorProxy", "residuals", "VarianceCheck", "StoredGradients", "importance_weights",
     "ControlVariate", "NoControlVariate", "TaylorControlVariate",
     "PredictorTaylorControlVariate", "SagaControlVariate", "StoreState",
+    "ControlVariateKind", "CONTROL_VARIATES", "CONTROL_VARIATE_NAMES",
+    "CONTROL_VARIATE_ALIASES", "DEFAULT_CONTROL_VARIATE", "USER_CONTROL_VARIATE",
+    "control_variate_kind", "control_variate_label",
 ]
 
-#: Control variates accepted by the steps: Taylor orders (``0``: plain differences) and
-#: ``"saga"`` (stored per-row gradients, :class:`StoredGradients`).
-ORDERS = (0, 1, 2, "saga")
+
+@dataclass(frozen=True)
+class ControlVariateKind:
+    """One entry of :data:`CONTROL_VARIATES`: a control variate the steps build by name.
+
+    Attributes
+    ----------
+    name : str
+        The name ``control_variate=`` accepts (its key in :data:`CONTROL_VARIATES`).
+    code : int
+        The value recorded in the stats as ``setting_control_variate`` (users read it:
+        the codes never change).
+    taylor_order : int
+        Order of the Taylor proxy (0: not a Taylor proxy).
+    alias : int or None
+        The integer also accepted for it (the Taylor order; None: the name only).
+    description : str
+        What it is, for the docs and the refusal messages.
+    """
+
+    name: str
+    code: int
+    taylor_order: int
+    alias: int | None
+    description: str
+
+
+#: The control variates a step builds by name (``AustereMH(control_variate="taylor2")``);
+#: the integers ``0``, ``1`` and ``2`` are kept as aliases of ``"none"``, ``"taylor1"``
+#: and ``"taylor2"``. Construction from an entry is the steps' (``steps/setup.py``,
+#: ``control_variate``); a :class:`ControlVariate` instance of the user's is the other
+#: way in (:data:`USER_CONTROL_VARIATE`).
+CONTROL_VARIATES: dict[str, ControlVariateKind] = {kind.name: kind for kind in (
+    ControlVariateKind("none", 0, 0, 0, "no control variate: the plain differences "
+                       "(the papers' tests, :class:`NoControlVariate`)"),
+    ControlVariateKind("taylor1", 1, 1, 1, "first-order Taylor proxies about the centre "
+                       "(:class:`TaylorControlVariate`)"),
+    ControlVariateKind("taylor2", 2, 2, 2, "second-order Taylor proxies about the centre "
+                       "(:class:`TaylorControlVariate`)"),
+    ControlVariateKind("saga", -1, 0, None, "stored per-row gradients updated at the rows "
+                       "read (El hanchi 2019, Sec. 4-5; :class:`SagaControlVariate`)"),
+)}
+#: Names accepted by :func:`control_variate_kind`.
+CONTROL_VARIATE_NAMES: tuple[str, ...] = tuple(CONTROL_VARIATES)
+#: The integer aliases: ``{0: "none", 1: "taylor1", 2: "taylor2"}``.
+CONTROL_VARIATE_ALIASES: dict[int, str] = {
+    kind.alias: kind.name for kind in CONTROL_VARIATES.values() if kind.alias is not None}
+#: What ``control_variate=None`` asks for (where the step can have control variates).
+DEFAULT_CONTROL_VARIATE = "taylor2"
+#: A :class:`ControlVariate` instance of the user's (not selectable by name).
+USER_CONTROL_VARIATE = ControlVariateKind(
+    "user", -2, 0, None, "a ControlVariate instance of your own")
+
+
+def control_variate_kind(value) -> ControlVariateKind:
+    """The entry of :data:`CONTROL_VARIATES` that ``value`` names.
+
+    Parameters
+    ----------
+    value : str or int
+        A name (case, ``-`` and ``_`` insensitive: ``"Taylor-2"`` is ``"taylor2"``) or
+        an integer alias (``0``, ``1``, ``2``; not a ``bool``).
+
+    Raises
+    ------
+    InvalidParameterError
+        For anything else (the message lists the names and aliases).
+    """
+    # imported here: this module loads on its own, outside the package (a test checks it)
+    from ._validation import InvalidParameterError, is_int
+
+    if is_int(value) and int(value) in CONTROL_VARIATE_ALIASES:
+        return CONTROL_VARIATES[CONTROL_VARIATE_ALIASES[int(value)]]
+    if isinstance(value, str):
+        key = value.strip().lower().replace("-", "").replace("_", "")
+        if key in CONTROL_VARIATES:
+            return CONTROL_VARIATES[key]
+    names = ", ".join(
+        f"{name!r}" + (f" (or {kind.alias})" if kind.alias is not None else "")
+        for name, kind in CONTROL_VARIATES.items())
+    raise InvalidParameterError(
+        f"control_variate must be one of {names}, None (the default: "
+        f"{DEFAULT_CONTROL_VARIATE!r} where possible) or a ControlVariate instance, "
+        f"got {value!r}.")
+
+
+def control_variate_label(code: int):
+    """The recorded ``setting_control_variate`` ``code`` as users name it: the integer
+    alias where there is one (``0``, ``1``, ``2``), else the name (``-1``: ``"saga"``);
+    an unknown code (``-2``, a user's) is given back as is."""
+    for kind in CONTROL_VARIATES.values():
+        if kind.code == code:
+            return kind.code if kind.alias == kind.code else kind.name
+    return code
 
 
 @dataclass(frozen=True)
@@ -280,9 +374,9 @@ class ControlVariate(ABC):
     ``BarkerMinibatch(control_variate=...)``.
     """
 
-    #: the value recorded as the step's ``setting_control_variate`` (0 none, 1 or 2
-    #: Taylor order, -1 SAGA, -2 any other)
-    setting: int = -2
+    #: the value recorded as the step's ``setting_control_variate``: the code of its
+    #: entry of :data:`CONTROL_VARIATES` (:data:`USER_CONTROL_VARIATE`'s for any other)
+    setting: int = USER_CONTROL_VARIATE.code
     #: order of the Taylor proxy (0: not a Taylor proxy; the surrogate gradient needs 1/2)
     taylor_order: int = 0
     #: whether :meth:`update` changes anything (the step then tells it the rows it read)
@@ -345,7 +439,7 @@ class ControlVariate(ABC):
 class NoControlVariate(ControlVariate):
     """No control variate: the residuals are the plain differences (the papers' tests)."""
 
-    setting = 0
+    setting = CONTROL_VARIATES["none"].code
 
     def __init__(self, lik):
         self.lik = lik
@@ -369,7 +463,8 @@ class TaylorControlVariate(ControlVariate):
 
     def __init__(self, lik, proxy: TaylorProxy):
         self.lik, self._proxy0, self.proxy = lik, proxy, proxy
-        self.setting = self.taylor_order = proxy.order
+        self.taylor_order = proxy.order
+        self.setting = CONTROL_VARIATES[f"taylor{proxy.order}"].code
 
     @property
     def center(self) -> np.ndarray:
@@ -456,7 +551,7 @@ class SagaControlVariate(ControlVariate):
     residuals ``l_i - h_i . u``; after each transition the rows read store their gradient
     at the chain's new state (:meth:`update`)."""
 
-    setting = -1
+    setting = CONTROL_VARIATES["saga"].code
     stateful = True
 
     def __init__(self, lik, store: StoredGradients):

@@ -11,7 +11,7 @@ from scipy import special
 
 from ..kernels.austere_design import design_austerity_test
 from ..kernels.austere_dp import sequential_test_dp
-from ..kernels._validation import check_epsilon, is_real
+from ..kernels._validation import InvalidParameterError, check_epsilon, is_real
 from ..kernels.austere import austere_test
 from ..kernels.clt_error import austere_clt_weight
 from .growing import GROWING_STATS, GrowingBatchStep
@@ -54,15 +54,19 @@ class AustereMH(GrowingBatchStep):
         (:func:`pymc_subsample.design_austerity_test`, worst case, eq. 8): the cheapest
         design whose whole-test error ``E(0, m, epsilon)`` is at most ``max_error``.
         Overrides ``epsilon`` and ``batch_size``.
-    control_variate : {None, 2, 1, "saga", 0} or ControlVariate, default None
-        The control variate of the per-row terms: Taylor proxies of order 2 or 1 about
-        the centre; ``"saga"``, stored per-row gradients updated at the rows read (El
-        hanchi 2019, Sec. 4-5; memory ``N d`` floats per chain,
-        :class:`~pymc_subsample.kernels.control_variates.StoredGradients`); ``0``, none
-        (the paper's plain test). ``None``: 2, or 0 with a warning when the likelihood
-        depends on variables another step samples (the centre's sums would go stale).
-        Or an instance of a :class:`~pymc_subsample.ControlVariate` subclass of your own
-        (set up with the engine and the centre; recorded as ``-2``).
+    control_variate : {None, "taylor2", "taylor1", "saga", "none"} or ControlVariate
+        The control variate of the per-row terms, by its name in
+        :data:`~pymc_subsample.kernels.control_variates.CONTROL_VARIATES`:
+        ``"taylor2"`` or ``"taylor1"``, Taylor proxies of order 2 or 1 about the centre
+        (aliases ``2``, ``1``); ``"saga"``, stored per-row gradients updated at the rows
+        read (El hanchi 2019, Sec. 4-5; memory ``N d`` floats per chain,
+        :class:`~pymc_subsample.kernels.control_variates.StoredGradients`); ``"none"``
+        (alias ``0``), the paper's plain test. ``None`` (the default): ``"taylor2"``,
+        or ``"none"`` with a warning when the likelihood depends on variables another
+        step samples (the centre's sums would go stale). Or an instance of a
+        :class:`~pymc_subsample.ControlVariate` subclass of your own (set up with the
+        engine and the centre). Recorded as ``setting_control_variate``: 2, 1, -1
+        (``"saga"``), 0, or -2 (your own).
     sampling : {"uniform", "importance"}, default "uniform"
         ``"uniform"``: rows without replacement (Algorithm 1). ``"importance"``: i.i.d.
         rows with ``p_i`` proportional to ``||h_i|| + L_i s`` (El hanchi 2019, Sec. 5.1:
@@ -135,7 +139,7 @@ class AustereMH(GrowingBatchStep):
         **kwargs,
     ):
         if not is_real(epsilon):  # a string or None is a type error at the boundary
-            raise TypeError(f"epsilon must be a number in [0, 0.5), got {epsilon!r}.")
+            raise InvalidParameterError(f"epsilon must be a number in [0, 0.5), got {epsilon!r}.")
         self.epsilon = check_epsilon(epsilon)  # 0 is exact MH; typical values 0.01-0.2
         super().__init__(
             vars, batch_size=batch_size, batch_increment=batch_increment, proposal=proposal,

@@ -130,7 +130,7 @@ class BarkerMinibatch(GrowingBatchStep):
         self.loglik_weight = 1.0 / self.temperature  # the tempered target, for set-up
         self.error = error
         if kwargs.get("sampling", "uniform") != "uniform":
-            raise ValueError(
+            raise InvalidParameterError(
                 "BarkerMinibatch draws rows uniformly without replacement (its variance "
                 "estimate and Lemma 3 assume it); sampling='importance' is AustereMH's."
             )

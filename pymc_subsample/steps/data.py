@@ -13,6 +13,7 @@ from __future__ import annotations
 import weakref
 
 from .. import _memmap
+from ..engine.analysis import InvalidDataError
 from ..out_of_core import DataFileWatcher
 
 __all__ = ["DataGuard"]
@@ -82,7 +83,7 @@ class DataGuard:
                 now = self.engine.data_fingerprint()
                 changed = [o[0] for o, new in zip(old, now) if o != new]
         if changed:
-            raise ValueError(
+            raise InvalidDataError(
                 f"{type(self).__name__}: {', '.join(changed)} changed since this step was "
                 "built (pm.set_data?). Its control-variate sums, "
                 "bounds and Gaussian fit were computed on the old values and would sample the "

@@ -20,9 +20,12 @@ import numpy as np
 from pymc.stats.convergence import WarningType
 
 from ..engine.predictor import curved_predictor_map
-from ..kernels._validation import check_batch_size, check_choice, check_share
+from ..kernels._validation import (
+    InvalidParameterError, check_batch_size, check_choice, check_share)
 from ..kernels.alias import AliasTable
-from ..kernels.control_variates import ORDERS, ControlVariate, NoControlVariate
+from ..kernels.control_variates import (
+    DEFAULT_CONTROL_VARIATE, USER_CONTROL_VARIATE, ControlVariate, NoControlVariate,
+    control_variate_kind)
 from ..kernels.rows import ImportanceSampler, RowSampler
 from . import setup
 from .checks import CLTPool, CVChecks, TuningMean
@@ -73,8 +76,10 @@ class GrowingBatchStep(MHStep):
     data-free log ratio) and :meth:`_exact_decision` (for the audit).
     """
 
-    #: the proposal used when ``proposal=None``, by control-variate order
-    DEFAULT_PROPOSALS = {0: "random_walk", 1: "preconditioned", 2: "pcn"}
+    #: the proposal used when ``proposal=None``, by control variate (the entries of
+    #: :data:`~pymc_subsample.kernels.control_variates.CONTROL_VARIATES`; any other:
+    #: ``"preconditioned"``)
+    DEFAULT_PROPOSALS = {"none": "random_walk", "taylor1": "preconditioned", "taylor2": "pcn"}
     SETTINGS = MHStep.SETTINGS + ("batch_size", "batch_increment", "control_variate")
     _chain_class = GrowingChain
     #: kept transitions before the first verdict of the pooled normal-approximation check
@@ -90,21 +95,16 @@ class GrowingBatchStep(MHStep):
 
     def __init__(self, vars=None, *, batch_size, batch_increment=None, control_variate=None,
                  center=None, recenter=False, audit=0.0, sampling="uniform", **kwargs):
-        if control_variate is not None and not isinstance(control_variate, ControlVariate) and (
-            isinstance(control_variate, bool) or control_variate not in ORDERS
-        ):
-            raise ValueError(
-                f"control_variate must be 2 (second-order Taylor control variates), 1 (first "
-                f"order), 'saga' (stored per-row gradients), 0 (none: the paper's plain test), "
-                f"None (2 where possible, the default) or a ControlVariate instance, got "
-                f"{control_variate!r}."
-            )
         self._cv_arg = control_variate
-        #: the control variate asked for: 0 (none), 1 or 2 (Taylor order) or "saga"
-        self.cv = 2 if control_variate is None else control_variate
-        if self.cv == 0 and center is not None:
-            raise ValueError("center= is the centre of the control variates: it needs "
-                             "control_variate=1 or 2 (or 'saga').")
+        #: the control variate asked for: an entry of :data:`~pymc_subsample.kernels.
+        #: control_variates.CONTROL_VARIATES`, or ``USER_CONTROL_VARIATE`` for an instance
+        self.cv = (USER_CONTROL_VARIATE if isinstance(control_variate, ControlVariate)
+                   else control_variate_kind(DEFAULT_CONTROL_VARIATE if control_variate is None
+                                             else control_variate))
+        if self.cv.name == "none" and center is not None:
+            raise InvalidParameterError(
+                "center= is the centre of the control variates: it needs "
+                "control_variate=1 or 2 ('taylor1' or 'taylor2') or 'saga'.")
         self._center_arg = center
         self.recenter = bool(recenter)
         self.audit = check_share(
@@ -144,7 +144,7 @@ class GrowingBatchStep(MHStep):
         self._check_other_steps()
         self.is_table = self._is_scale = self._curved = None
         self._plain = NoControlVariate(self.engine)
-        if self.cv == 0 and self.sampling == "uniform":
+        if self.cv.name == "none" and self.sampling == "uniform":
             self.control = self._plain
             return None
         eng = self.engine
@@ -154,12 +154,12 @@ class GrowingBatchStep(MHStep):
             "pm.find_MAP) or set recenter=True.")
         mean, cov = self.center.laplace(self.loglik_weight)
         self._set_laplace(mean, cov)
-        if self.cv == "saga":
+        if self.cv.name == "saga":
             setup.check_store_memory(
                 self.n_rows, self.ndim, self.SAGA_MEMORY, what=f"{type(self).__name__}("
-                "control_variate='saga')", advice="Use control_variate=2 (Taylor).")
+                "control_variate='saga')", advice="Use control_variate=2 ('taylor2').")
         grads = (setup.row_gradients(eng, self.center.theta)
-                 if self.cv == "saga" or self.sampling == "importance" else None)
+                 if self.cv.name == "saga" or self.sampling == "importance" else None)
         self.control = self._make_control(grads)
         if self.sampling == "importance":
             w = setup.importance_weights_at(eng, self.center.theta, self._laplace_chol, grads)
@@ -170,33 +170,34 @@ class GrowingBatchStep(MHStep):
     def _check_other_steps(self):
         """Control variates need every variable of the likelihood in this step: refuse
         an explicit ``control_variate=``, or turn the default off with a warning."""
-        msg = self.cv != 0 and self._other_steps_message(
+        msg = self.cv.name != "none" and self._other_steps_message(
             f"control_variate={self._cv_arg!r}", "Add them to vars=, or pass "
-            "control_variate=0.")
+            "control_variate='none'.")
         if not msg:
             return
         if self._cv_arg is not None:
-            raise ValueError(msg)
+            raise InvalidParameterError(msg)
         warnings.warn(
             f"{type(self).__name__}: the Taylor control variates are off (plain "
             f"differences, which read more rows per step): {msg}", UserWarning, stacklevel=8)
-        self.cv = 0
+        self.cv = control_variate_kind("none")
 
     def _make_control(self, grads):
         """The control variate at the centre (:func:`~pymc_subsample.steps.setup.
         control_variate`; ``grads``: the per-row gradients there, SAGA's store)."""
         eng, cv = self.engine, self.cv
-        if isinstance(cv, ControlVariate):  # a user's control variate
-            cv.setup(eng, self.center)
-            return cv
-        if cv in (1, 2) and self.sampling == "uniform":
+        if cv is USER_CONTROL_VARIATE:  # a user's control variate
+            self._cv_arg.setup(eng, self.center)
+            return self._cv_arg
+        if cv.taylor_order and self.sampling == "uniform":
             # a curved predictor (non-centred hierarchical): control variates in the
             # predictor coordinates, where the rows are an ordinary GLM
             vmap = curved_predictor_map(eng, self.center.theta)
             if vmap is not None:
                 self._curved = True
                 return setup.control_variate(
-                    cv, eng, vmap=vmap, proxy=vmap.proxy(vmap.v(self.center.theta), cv))
+                    cv, eng, vmap=vmap,
+                    proxy=vmap.proxy(vmap.v(self.center.theta), cv.taylor_order))
         return setup.control_variate(cv, eng, self.center, grads=grads)
 
     def _default_proposal(self) -> str:
@@ -204,17 +205,18 @@ class GrowingBatchStep(MHStep):
             return "random_walk"  # scaling= is documented as the random walk's sd
         if self._curved:
             return "surrogate_hmc"
-        return self.DEFAULT_PROPOSALS[self.cv if self.cv in (0, 1, 2) else 1]
+        return self.DEFAULT_PROPOSALS.get(self.cv.name, "preconditioned")
 
     def _compile(self):
         if self.control is self._plain or not self.control.taylor_order:
             self.engine.compile("ll_diff")
-        elif self.cv in (1, 2) and not self._curved:
-            self.engine.compile(f"cv{self.cv}")
+        elif self.cv.taylor_order and not self._curved:
+            self.engine.compile(f"cv{self.cv.taylor_order}")
 
     def _new_chain(self) -> GrowingChain:
         tuning = None if self.center is None else TuningMean(np.zeros(self.ndim))
-        return GrowingChain(cv=CVChecks(active=self.cv != 0), tuning=tuning, clt=CLTPool())
+        return GrowingChain(cv=CVChecks(active=self.cv.name != "none"), tuning=tuning,
+                            clt=CLTPool())
 
     def _reset_chain(self):
         super()._reset_chain()

@@ -16,7 +16,8 @@ from ..engine.softmax import bounds_in_q, detect_specs
 from ..engine.predictor import affine_likelihood
 from ..kernels.control_variates import PredictorTaylorControlVariate, TaylorControlVariate
 from ..kernels.families import FAMILIES_DOC
-from ..kernels._validation import check_choice, check_int, check_positive
+from ..kernels._validation import (
+    InvalidParameterError, check_choice, check_int, check_positive)
 from ..kernels.smh import smh_test
 from . import setup
 from .mh import Decision, MHStep
@@ -186,7 +187,7 @@ class ScalableMH(MHStep):
             truncation = check_positive("truncation", truncation, finite=False, strict=True)
         self._truncation_arg = truncation
         if "mode" in kwargs:
-            raise TypeError(
+            raise InvalidParameterError(
                 "ScalableMH takes its centre theta_hat as center= (it was mode=). For "
                 "PyTensor's compile mode pass compile_kwargs={'mode': ...}, as with PyMC's "
                 "own step methods."
@@ -202,7 +203,7 @@ class ScalableMH(MHStep):
         if rho is not None:
             name = "pcn" if proposal is None and self.order == 2 else proposal
             if not (isinstance(name, str) and name.lower() == "pcn"):
-                raise ValueError("rho applies to proposal='pcn' only.")
+                raise InvalidParameterError("rho applies to proposal='pcn' only.")
             proposal_kwargs.setdefault("rho", rho)
         super().__init__(
             vars,
@@ -287,7 +288,7 @@ class ScalableMH(MHStep):
             "Add them to vars= (variables that only enter the prior may be left to other "
             "steps).")
         if msg:
-            raise ValueError(msg)
+            raise InvalidParameterError(msg)
         #: the recognised GLM of each observed variable (None: user bounds); with several
         #: (sharing the rows) the bounds are the sums of theirs, in q (``q_bounds``)
         self._glm_specs = self._check_bounds_arg()
@@ -365,13 +366,13 @@ class ScalableMH(MHStep):
         bounds = self._bounds_arg
         if isinstance(bounds, str):
             if bounds != "auto":
-                raise ValueError(
+                raise InvalidParameterError(
                     f"ScalableMH: bounds must be 'auto', a callable or an array, got "
                     f"{bounds[:40]!r}; see {FAMILIES_DOC}.")
             return detect_specs(self.engine.model)
         if bounds is None:
-            raise ValueError("ScalableMH needs bound constants: bounds='auto', a callable "
-                             f"or an array; see {FAMILIES_DOC}.")
+            raise InvalidParameterError("ScalableMH needs bound constants: bounds='auto', a "
+                                        f"callable or an array; see {FAMILIES_DOC}.")
         return None
 
     # ------------------------------------------------------------------ control variates

@@ -22,6 +22,7 @@ import scipy.linalg as sla
 from ..engine.glm import chunk_psi, eta_is_affine, glm_psi, two_param_chunk_psi
 from ..engine.predictor import covered_predictor_map
 from ..kernels.inverse_cdf import InverseCDFTable
+from ..kernels._validation import InvalidParameterError
 from ..passes import map_local
 from ..kernels.bounds import UpperBounds
 from ..kernels.control_variates import TaylorProxy
@@ -62,7 +63,7 @@ class Bounds:
 
     def __post_init__(self):
         if self.psi.ndim != 1 or not np.all(np.isfinite(self.psi)) or np.any(self.psi < 0):
-            raise ValueError(
+            raise InvalidParameterError(
                 f"ScalableMH: the bound constants must be one finite value >= 0 per row, "
                 f"got shape {self.psi.shape} with values outside [0, inf).")
         self.psi_total = float(self.psi.sum(dtype=np.float64))  # psi may be float32
@@ -96,16 +97,17 @@ def check_bound_args(bounds, bound_form, region):
     if bound_form is None:
         bound_form = "whitened" if auto else "cornish"
     if bound_form not in ("whitened", "cornish"):
-        raise ValueError(f"bound_form must be 'whitened' or 'cornish', got {bound_form!r}.")
+        raise InvalidParameterError(
+            f"bound_form must be 'whitened' or 'cornish', got {bound_form!r}.")
     if bound_form == "whitened" and not auto:
-        raise ValueError(
+        raise InvalidParameterError(
             "bound_form='whitened' needs bounds='auto' (the whitened row factors come "
             "from the recognised linear predictor); user bounds are the constants of "
             "Cornish et al. (2019, eq. 12): use bound_form='cornish'.")
     if region is not None and not (isinstance(region, str) and region == "auto"):
         if isinstance(region, bool) or not isinstance(region, numbers.Real) or not (
                 0 < region < np.inf):
-            raise ValueError(
+            raise InvalidParameterError(
                 f"region must be 'auto', None or a positive radius (in Laplace sds), got "
                 f"{region!r}.")
     if region is not None and bound_form != "whitened":
@@ -157,11 +159,11 @@ def bound_coordinates(engine, spec, q_hat, affine_map, whitened: bool):
     vmap = covered_predictor_map(engine, spec, q_hat) if whitened else None
     if vmap is None and not eta_is_affine(engine, spec, q_hat):
         if not whitened:
-            raise ValueError(
+            raise InvalidParameterError(
                 f"ScalableMH: the linear predictor of observed '{spec.observed}' is not "
                 "affine in the step's unconstrained variables; its bounds are taken in "
                 "the predictor's own coordinates, which needs bound_form='whitened'.")
-        raise ValueError(auto_refusal(
+        raise InvalidParameterError(auto_refusal(
             f"the linear predictor of observed '{spec.observed}' is affine neither in the "
             "sampled variables nor in data-free expressions of them (e.g. exp(b * x) or "
             "(X @ b)**2)."))
@@ -188,7 +190,7 @@ class BoundsRider:
         self.chol, self.whiten_inv = whitening(vmap.jacobian_v(self.theta), cov)
         self.region = region_radius(region_arg, vmap.size)
         if self.region is None and (not spec.glm_family.global_bound or vmap.scale):
-            raise ValueError(
+            raise InvalidParameterError(
                 f"ScalableMH: observed '{spec.observed}' ({spec.family}) has derivatives "
                 "that are unbounded over the whole space; it needs region bounds "
                 "(region='auto' or a radius).")
@@ -256,7 +258,7 @@ def q_bounds(engine, spec, bounds_arg, form, order, theta_hat, chol, region_arg)
     else:
         psi = np.asarray(bounds_arg, dtype=np.float64)
     if psi.shape != (engine.n_rows,):
-        raise ValueError(
+        raise InvalidParameterError(
             f"ScalableMH: the bound constants must be {engine.n_rows} finite values >= 0, "
             f"got shape {psi.shape}.")
     return Bounds(psi, form, order, whiten_inv, region,

@@ -16,6 +16,7 @@ import numpy as np
 from ..center import center_at, find_center, parse_point
 from ..engine.glm import detect_glm
 from ..engine.predictor import affine_likelihood
+from ..kernels._validation import InvalidParameterError
 from ..kernels.control_variates import (
     NoControlVariate,
     PredictorTaylorControlVariate,
@@ -171,7 +172,7 @@ def build_estimator(engine, name: str, batch_size: int, *, center=None, chol=Non
     if name == "minibatch":
         return make_estimator(name, n, batch_size)
     if center is None:
-        raise ValueError(
+        raise InvalidParameterError(
             f"the gradient estimator {name!r} needs a centre (the posterior mode), and "
             f"{owner} has none here (control_variate=0?). Use control variates, or "
             "gradient='minibatch'."
@@ -192,8 +193,10 @@ def control_variate(kind, engine, center=None, *, vmap=None, proxy=None, grads=N
 
     Parameters
     ----------
-    kind : {0, 1, 2, "saga"}
-        None, a Taylor proxy of that order, or stored per-row gradients.
+    kind : ControlVariateKind
+        An entry of :data:`~pymc_subsample.kernels.control_variates.CONTROL_VARIATES`:
+        ``"none"``, a Taylor proxy (``"taylor1"``, ``"taylor2"``: of its ``taylor_order``)
+        or ``"saga"`` (stored per-row gradients).
     engine : LikelihoodEngine
     center : Center, optional
         The centre (Taylor proxies in ``q``: ``center.proxy(kind)``).
@@ -204,11 +207,12 @@ def control_variate(kind, engine, center=None, *, vmap=None, proxy=None, grads=N
     grads : ndarray, optional
         SAGA's starting store (per-row gradients at the centre; computed when None).
     """
-    if kind == 0:
+    if kind.name == "none":
         return NoControlVariate(engine)
-    if kind == "saga":
+    if kind.name == "saga":
         return SagaControlVariate(engine, StoredGradients(
             row_gradients(engine, center.theta) if grads is None else grads))
     if vmap is not None:
         return PredictorTaylorControlVariate(vmap, proxy)
-    return TaylorControlVariate(engine, center.proxy(kind) if proxy is None else proxy)
+    return TaylorControlVariate(
+        engine, center.proxy(kind.taylor_order) if proxy is None else proxy)

@@ -11,7 +11,9 @@ from pymc.exceptions import SamplingError
 from pymc.stats.convergence import WarningType
 
 from ..engine.analysis import ModelNotSupportedError
-from ..kernels._validation import check_batch_size, check_bytes, check_choice, check_positive, check_share
+from ..kernels._validation import (
+    InvalidParameterError, check_batch_size, check_bytes, check_choice, check_positive,
+    check_share)
 from ..kernels.gradient_estimators import ESTIMATORS, largest_eigenvalue
 from ..kernels.sgld import (
     SCHEDULES,
@@ -220,7 +222,7 @@ class SGLD(SubsampleStep):
     ):
         for bad in ("proposal", "scaling", "proposal_kwargs"):
             if bad in kwargs:
-                raise TypeError(
+                raise InvalidParameterError(
                     f"SGLD takes no {bad}=: its move is the Langevin update itself. Set its "
                     "step with step_size= (and precondition=), or use "
                     "AustereMH(proposal=pms.proposals.Langevin(...)) for an MH-corrected chain."
@@ -236,7 +238,7 @@ class SGLD(SubsampleStep):
             step_size = check_positive("step_size", step_size, strict=True,
                                        what="a positive finite number (h)")
         if step_size is not None and precondition and step_size >= 4:
-            raise ValueError(
+            raise InvalidParameterError(
                 f"step_size={step_size!r} with precondition=True: the preconditioned update "
                 "is unstable for h >= 4 (on a Gaussian posterior it multiplies the distance "
                 "from the mean by 1 - h/2 each step) and the chain would diverge. Use h "
@@ -299,7 +301,7 @@ class SGLD(SubsampleStep):
                 f"SGLD(gradient={self.gradient!r})", "Add them to vars=, or use "
                 "gradient='minibatch'.")
             if msg:
-                raise ValueError(msg)
+                raise InvalidParameterError(msg)
             self.center, self._setup_warning = setup.locate_center(
                 setup.mode_likelihood(eng), eng, self._center_arg,
                 "the centre of the control variates and of the Laplace preconditioner",

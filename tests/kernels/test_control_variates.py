@@ -321,7 +321,7 @@ def test_explicit_control_variates_refused_beside_another_step():
             pms.BarkerMinibatch([mu], control_variate=2)
         with pytest.warns(UserWarning, match="control variates are off"):
             step = pms.AustereMH([mu])
-        assert step.cv == 0 and step.center is None and step.control.setting == 0
+        assert step.cv.name == "none" and step.center is None and step.control.setting == 0
 
 
 def test_falls_back_to_plain_differences_when_the_proxy_does_not_help(logit_small, monkeypatch):

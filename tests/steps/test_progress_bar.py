@@ -16,6 +16,7 @@ import pytest
 from rich.console import Console
 
 import pymc_subsample as pms
+from pymc_subsample.steps import REGISTRY as STEP_REGISTRY
 from pymc_subsample.steps import base
 from pymc_subsample.steps.base import (
     PYMC_PROGRESS_WIDTH,
@@ -26,7 +27,7 @@ from pymc_subsample.steps.base import (
     short_number,
 )
 
-STEPS = ["ScalableMH", "AustereMH", "BarkerMinibatch", "SGLD"]
+STEPS = list(STEP_REGISTRY)
 #: worst-case stats of a draw: many rows read, a large noise ratio
 WORST = {"data_used": 987654.0, "accepted": 1.0, "fallback": 0.125, "noise_ratio": 12.5}
 

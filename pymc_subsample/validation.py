@@ -1,0 +1,51 @@
+"""Argument checks and the bad-argument error, public (pure Python and NumPy).
+
+The public name of :mod:`pymc_subsample.kernels._validation`, where the rules are written
+once: every ``check_*`` helper raises :class:`InvalidParameterError`, which is both a
+``ValueError`` and a ``TypeError`` (``except ValueError`` and
+``pytest.raises(ValueError)`` keep working). A step method, proposal or control variate
+of your own can use the same checks, so that its refusals read like the package's::
+
+    from pymc_subsample.validation import check_positive
+    self.step_size = check_positive("step_size", step_size, strict=True)
+
+The package's other exception types are in :mod:`pymc_subsample.errors`.
+"""
+
+from .kernels._validation import (
+    InvalidParameterError,
+    check_batch_size,
+    check_bytes,
+    check_callable,
+    check_choice,
+    check_epsilon,
+    check_finite_positive,
+    check_float,
+    check_generator,
+    check_int,
+    check_positive,
+    check_positive_int,
+    check_real,
+    check_share,
+    is_int,
+    is_real,
+)
+
+__all__ = [
+    "InvalidParameterError",
+    "check_batch_size",
+    "check_bytes",
+    "check_callable",
+    "check_choice",
+    "check_epsilon",
+    "check_finite_positive",
+    "check_float",
+    "check_generator",
+    "check_int",
+    "check_positive",
+    "check_positive_int",
+    "check_real",
+    "check_share",
+    "is_int",
+    "is_real",
+]
