@@ -66,9 +66,11 @@ update it are new :class:`~pymc_subsample.steps.hierarchical.moves.GroupMove` or
 :class:`~pymc_subsample.steps.hierarchical.moves.BlockMove` subclasses, each with its
 ``name`` (its count in ``DEFAULT_MOVES`` and the prefix of its stats) and the tuned
 factor it adds to :class:`SweepState`; and the term's type gets its entry in
-``SWEEP_MOVES``, the list of moves a sweep makes. The fit's Taylor sums and the
-factorised test take a term's contribution to each row's linear predictor. No
-branch of the kernel or of the steps changes.
+``SWEEP_MOVES``, the list of moves a sweep makes. No branch of the kernel or of the
+steps changes. What a second term does extend is the arithmetic the moves share: the
+fit's Taylor sums (:class:`~pymc_subsample.steps.hierarchical.fit.SweepFit`) and the
+factorised test are written today for one random intercept (``terms[0]``), and take
+each further term's contribution to a row's linear predictor.
 """
 
 from .sweep import SWEEP_MOVES, HierarchicalSweep, SweepState
