@@ -442,8 +442,7 @@ def _pilot_step(model, name, kwargs, seed, opts):
             fc.hierarchical = "random intercept" in str(err)  # SGLD's refusal says so
             return fc, None
         n_rows = getattr(step, "n_rows", None)
-        found = getattr(step, "hierarchy", None)
-        fc.hierarchical = found is not None and not isinstance(found, str)
+        fc.hierarchical = getattr(step, "sweep", None) is not None
         try:
             t0 = time.perf_counter()
             with model:

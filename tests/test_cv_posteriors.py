@@ -416,11 +416,15 @@ def evaluate(name, method, references, step_cls=None):
     rows, failures = check(flat_draws(idata), ref)
     s = summary(rows)
     stats = sample_stats(idata)
+    # the blocked sweep (hierarchical models) uses no control variate and declares no
+    # cv_active stat: "-"
+    cv_active = (f"{float(np.mean(stats['cv_active'].values)):.2f}" if "cv_active" in stats
+                 else "-")
     line = (
         f"{name} x {step_cls.__name__}: max|mean err|/sd {s['max_err']:.3f}, max|sd err|/sd "
         f"{s['max_sd_err']:.3f}, min bulk ESS {s['min_ess']:.0f}, rows/step {used:.1f} of "
         f"{n}, acceptance {float(np.mean(stats['accepted'].values)):.3f}, cv_active "
-        f"{float(np.mean(stats['cv_active'].values)):.2f}, {seconds:.1f} s"
+        f"{cv_active}, {seconds:.1f} s"
     )
     warned = sorted({w for chain in sampler_warnings(idata) for w in chain})
     return line, rows, failures, warned

@@ -167,7 +167,7 @@ def test_sampling_state_carries_the_tuning_state(model, name):
     """PyMC's ``sampling_state`` holds the step's whole chain state: a freshly built step
     given the state of one tuned for 150 steps continues that chain draw for draw (through
     more tuning and its end); a fresh step without it does not. The state is a
-    ``SubsampleStepState`` with the proposal's tuned values."""
+    ``SubsampleStepState`` with the kernel's tuned values (the proposal's)."""
     cls = getattr(pms, name)
     with model:
         step = cls(vars=[model["a"], model["b"]])
@@ -177,7 +177,7 @@ def test_sampling_state_carries_the_tuning_state(model, name):
         point, _ = step.step(point)
     state = step.sampling_state
     assert type(state).__name__ == "SubsampleStepState"
-    assert state.proposal_state or state.chain.noise_n > 0  # SGLD: its noise check
+    assert state.kernel_state or state.chain.noise_n > 0  # SGLD: its noise check
     expected = _chain(step, dict(point))
     with model:
         fresh = cls(vars=[model["a"], model["b"]])

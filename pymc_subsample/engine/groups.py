@@ -14,7 +14,15 @@ in it), the hyperparameters ``loc`` and ``scale`` depend on, and the fixed part
 ``f_i = eta_i - X[g_i]``, which must be affine in the remaining variables and read
 neither the group variable nor the hyperparameters. Everything is checked on the model's
 own functions (affinity by second differences, the row-to-group map by range), and the
-answer is a :class:`GroupStructure` or a reason why not (a string), never a guess.
+answer is a :class:`GroupStructure` or a :class:`NotFound` with the reason, never a guess.
+
+The structure is a list of terms: the fixed block (``f``, affine in the fixed effects)
+and the group terms added to it, each a :class:`RandomIntercept` today. A new kind of
+term (a random slope, a second grouping factor, a family's own scale) is a new term class
+with the same interface (its coordinates in ``q``, ``loc_scale``, ``effects``,
+``with_effects``, ``describe``), found by its own recogniser and appended to
+``GroupStructure.terms``; the sweep (:mod:`pymc_subsample.steps.hierarchical`) adds the
+moves that update it.
 
 The arithmetic of the sweep on this structure is NumPy only
 (:mod:`pymc_subsample.kernels.hierarchical`).
@@ -50,19 +58,30 @@ try:  # PyTensor >= 2.31 moved graph traversal helpers
 except ImportError:  # pragma: no cover
     from pytensor.graph.basic import ancestors, io_toposort
 
-__all__ = ["GroupStructure", "find_groups"]
+__all__ = ["GroupStructure", "NotFound", "RandomIntercept", "find_groups"]
+
+
+@dataclass(frozen=True)
+class NotFound:
+    """No group structure the sweep covers, and why (the steps' ``hierarchy`` holds it;
+    the caller runs its ordinary update, or refuses with this reason)."""
+
+    reason: str
+
+    def __str__(self) -> str:
+        return self.reason
+
+
+class _Refused(Exception):
+    """Raised inside the recognition with the reason a model has no covered structure."""
 
 
 @dataclass
-class GroupStructure:
-    """A random intercept per group in a GLM likelihood, in the step's raveled ``q``.
+class RandomIntercept:
+    """A group term: one intercept per group, ``a[g_i]`` added to the linear predictor.
 
     Attributes
     ----------
-    family : str
-        The GLM family (a name of :mod:`pymc_subsample.kernels.families`).
-    params : dict
-        The family's fixed parameters (scalars).
     centred : bool
         The group variable is ``a`` itself (True) or ``z`` with ``a = loc + scale z``.
     group_var, group_name : str
@@ -70,17 +89,15 @@ class GroupStructure:
     n_groups : int
     group_of_row : ndarray of int32, shape (N,)
         The group of every row.
-    group_idx, hyper_idx, fixed_idx : ndarray of int
-        Positions in ``q`` of the group variable, of the hyperparameters (what ``loc``
-        and ``scale`` read) and of the fixed effects (what ``f`` reads).
-    hyper_names, fixed_names : list of str
+    group_idx, hyper_idx : ndarray of int
+        Positions in ``q`` of the group variable and of the hyperparameters (what
+        ``loc`` and ``scale`` read).
+    hyper_names : list of str
     hyper_shared : bool
         Some hyperparameters are sampled by another step (their current values are read
         from the shared variables PyMC refreshes).
     """
 
-    family: str
-    params: dict
     centred: bool
     group_var: str
     group_name: str
@@ -88,16 +105,10 @@ class GroupStructure:
     group_of_row: np.ndarray = field(repr=False)
     group_idx: np.ndarray = field(repr=False)
     hyper_idx: np.ndarray = field(repr=False)
-    fixed_idx: np.ndarray = field(repr=False)
     hyper_names: list = field(default_factory=list)
-    fixed_names: list = field(default_factory=list)
     hyper_shared: bool = False
     _loc_scale_fn: object = field(default=None, repr=False)
-    _f_fn: object = field(default=None, repr=False)
-    _y_index: int = field(default=0, repr=False)
-    engine: object = field(default=None, repr=False)
 
-    # ------------------------------------------------------------------ functions of q
     def loc_scale(self, q):
         """``(loc, scale)`` of the group effects at ``q``, each of shape ``(G,)``."""
         loc, scale = self._loc_scale_fn(np.asarray(q, dtype=np.float64))
@@ -125,6 +136,43 @@ class GroupStructure:
             out[self.group_idx] = (a - loc) / scale
         return out
 
+    def describe(self) -> str:
+        """A short text of the term."""
+        sizes = np.bincount(self.group_of_row, minlength=self.n_groups)
+        form = "centred" if self.centred else "non-centred"
+        return (f"random intercept '{self.group_var}' ({form}) over {self.n_groups} groups "
+                f"of {self.group_name} (rows per group {int(sizes.min())}-"
+                f"{int(sizes.max())}, median {int(np.median(sizes))}); hyperparameters "
+                f"{', '.join(self.hyper_names) or '-'}")
+
+
+@dataclass
+class GroupStructure:
+    """A GLM likelihood whose linear predictor is a fixed block plus group terms, in the
+    step's raveled ``q``: ``eta_i = f_i + sum_t term_t(i)``.
+
+    Attributes
+    ----------
+    family : str
+        The GLM family (a name of :mod:`pymc_subsample.kernels.families`).
+    params : dict
+        The family's fixed parameters (scalars).
+    terms : list of RandomIntercept
+        The group terms (one random intercept is covered today).
+    fixed_idx : ndarray of int
+        Positions in ``q`` of the fixed effects (what ``f`` reads).
+    fixed_names : list of str
+    """
+
+    family: str
+    params: dict
+    terms: list
+    fixed_idx: np.ndarray = field(repr=False)
+    fixed_names: list = field(default_factory=list)
+    _f_fn: object = field(default=None, repr=False)
+    _y_index: int = field(default=0, repr=False)
+    engine: object = field(default=None, repr=False)
+
     def fixed_part(self, q, data) -> np.ndarray:
         """``f_i = o_i + x_i . beta`` of the rows in ``data`` at ``q``."""
         out = self._f_fn(np.asarray(q, dtype=np.float64), *data)[0]
@@ -136,14 +184,9 @@ class GroupStructure:
 
     def describe(self) -> str:
         """A short text of the structure (the steps' ``repr`` shows it)."""
-        sizes = np.bincount(self.group_of_row, minlength=self.n_groups)
-        form = "centred" if self.centred else "non-centred"
-        return (f"random intercept '{self.group_var}' ({form}) over {self.n_groups} groups "
-                f"of {self.group_name} (rows per group {int(sizes.min())}-"
-                f"{int(sizes.max())}, median {int(np.median(sizes))}); hyperparameters "
-                f"{', '.join(self.hyper_names) or '-'}; fixed effects "
-                f"{', '.join(self.fixed_names) or '-'}; {get_family(self.family).label} "
-                "likelihood")
+        terms = "; ".join(t.describe() for t in self.terms)
+        return (f"{terms}; fixed effects {', '.join(self.fixed_names) or '-'}; "
+                f"{get_family(self.family).label} likelihood")
 
 
 # ------------------------------------------------------------------ the graph work
@@ -184,8 +227,9 @@ def _normal_params(model, value_var):
 
 
 def find_groups(engine, q0=None):
-    """The :class:`GroupStructure` of ``engine``'s model, or a string saying why it has
-    none (the caller then runs its ordinary update, or refuses with this reason).
+    """The :class:`GroupStructure` of ``engine``'s model, or a :class:`NotFound` saying
+    why it has none (the caller then runs its ordinary update, or refuses with this
+    reason).
 
     Parameters
     ----------
@@ -193,20 +237,38 @@ def find_groups(engine, q0=None):
     q0 : array, optional
         A point of the step's ``q`` for the numerical checks (default: the initial one).
     """
-    model = engine.model
+    q0 = engine.initial_q() if q0 is None else np.asarray(q0, dtype=np.float64)
+    try:
+        spec, params = _glm(engine.model)
+        eta, node, data_vars = _one_gather(engine, spec)
+        term, group_value, hyper_vals = _random_intercept(engine, node, q0)
+        return _with_fixed_block(engine, spec, params, eta, node, term,
+                                 [group_value, *hyper_vals], q0)
+    except _Refused as why:
+        return NotFound(str(why))
+
+
+def _glm(model):
+    """The model's GLM and its fixed family parameters (scalars)."""
     try:
         spec = detect_glm(model)
     except ValueError as err:
-        return f"not a GLM likelihood the sweep knows ({err})"
+        raise _Refused(f"not a GLM likelihood the sweep knows ({err})") from None
     family = get_family(spec.family)
     if spec.two_param or not family.predictor_coordinates:
-        return f"the {family.label} likelihood with a sampled scale is not covered yet"
+        raise _Refused(f"the {family.label} likelihood with a sampled scale is not covered yet")
     params = {}
     for key, val in spec.params.items():
         arr = np.asarray(val, dtype=np.float64)
         if arr.size != 1:
-            return f"the family parameter {key} varies by row"
+            raise _Refused(f"the family parameter {key} varies by row")
         params[key] = float(arr.reshape(-1)[0])
+    return spec, params
+
+
+def _one_gather(engine, spec):
+    """The linear predictor (gathers lifted), its one gather by group indices, and the
+    row data variables."""
     eta = pt.as_tensor_variable(spec.eta)
     data_vars = engine.row_variables([eta])
 
@@ -216,98 +278,120 @@ def find_groups(engine, q0=None):
     eta = lift_gathers(eta, is_param)
     gathers = _gathers(eta, is_param, data_vars)
     if len(gathers) != 1:
-        return ("no group effect in the linear predictor" if not gathers else
-                f"{len(gathers)} gathers by group indices in the linear predictor (one "
-                "random intercept is covered)")
-    node = gathers[0]
-    x_vec, idx = node.inputs
-    slices = engine.var_slices()
-    value_vars = set(model.value_vars)
-    x_values = [a for a in ancestors([x_vec]) if a in value_vars]
+        raise _Refused("no group effect in the linear predictor" if not gathers else
+                       f"{len(gathers)} gathers by group indices in the linear predictor "
+                       "(one random intercept is covered)")
+    return eta, gathers[0], data_vars
+
+
+def _group_variable(engine, x_vec, q0):
+    """``(group value variable, centred, n_groups)`` of the gathered vector ``x_vec``:
+    ``a`` itself (centred) or the one vector of length G under it."""
+    model, slices = engine.model, engine.var_slices()
+    x_values = [a for a in ancestors([x_vec]) if a in set(model.value_vars)]
     mine = [v for v in x_values if v in slices]
     if len(mine) != len(x_values):
-        return "the group effects read variables this step does not sample"
-    q0 = engine.initial_q() if q0 is None else np.asarray(q0, dtype=np.float64)
+        raise _Refused("the group effects read variables this step does not sample")
     (x_q,), q_x = engine.in_q([x_vec])
     n_groups = int(np.size(pytensor.function([q_x], x_q, on_unused_input="ignore")(q0)))
-    # the group variable: `a` itself (centred) or the one vector of length G under X
     candidates = [v for v in mine if slices[v].size == n_groups
                   and engine._point[v.name].ndim == 1]
     if x_vec in slices:
-        group_value, centred = x_vec, True
-    elif len(candidates) == 1:
-        group_value, centred = candidates[0], False
-    else:
-        return "the group effects are not one vector variable (or an affine map of one)"
+        return x_vec, True, n_groups
+    if len(candidates) == 1:
+        return candidates[0], False, n_groups
+    raise _Refused("the group effects are not one vector variable (or an affine map of one)")
+
+
+def _loc_scale_graphs(model, x_vec, group_value, centred):
+    """The graphs of the group effects' ``loc`` and ``scale``."""
     normal = _normal_params(model, group_value)
+    name = _rv_name(model, group_value)
     if normal is None:
-        return (f"'{_rv_name(model, group_value)}' is not a Normal random variable without "
-                "a transform")
+        raise _Refused(f"'{name}' is not a Normal random variable without a transform")
     if centred:
-        loc, scale = (model.replace_rvs_by_values([p])[0] for p in normal)
-    else:
-        z0, z1 = normal
-        try:
-            if np.any(np.asarray(z0.eval()) != 0.0) or np.any(np.asarray(z1.eval()) != 1.0):
-                return f"'{_rv_name(model, group_value)}' is not Normal(0, 1)"
-        except Exception as err:  # noqa: BLE001 - parameters that are not constants
-            return f"'{_rv_name(model, group_value)}' is not Normal(0, 1) ({err})"
-        loc = clone_replace(x_vec, {group_value: pt.zeros_like(group_value)})
-        scale = clone_replace(x_vec, {group_value: pt.ones_like(group_value)}) - loc
+        return tuple(model.replace_rvs_by_values([p])[0] for p in normal)
+    z0, z1 = normal
+    try:
+        if np.any(np.asarray(z0.eval()) != 0.0) or np.any(np.asarray(z1.eval()) != 1.0):
+            raise _Refused(f"'{name}' is not Normal(0, 1)")
+    except _Refused:
+        raise
+    except Exception as err:  # noqa: BLE001 - parameters that are not constants
+        raise _Refused(f"'{name}' is not Normal(0, 1) ({err})") from None
+    loc = clone_replace(x_vec, {group_value: pt.zeros_like(group_value)})
+    scale = clone_replace(x_vec, {group_value: pt.ones_like(group_value)}) - loc
+    return loc, scale
+
+
+def _random_intercept(engine, node, q0):
+    """The :class:`RandomIntercept` of the gather ``node`` (its index data and group
+    count checked), its group variable and its hyperparameters' value variables."""
+    model, slices = engine.model, engine.var_slices()
+    value_vars = set(model.value_vars)
+    x_vec, idx = node.inputs
+    group_value, centred, n_groups = _group_variable(engine, x_vec, q0)
+    loc, scale = _loc_scale_graphs(model, x_vec, group_value, centred)
     (loc_q, scale_q), q_in = engine.in_q([pt.as_tensor_variable(loc),
                                           pt.as_tensor_variable(scale)])
     loc_scale_fn = pytensor.function([q_in], [loc_q, scale_q], on_unused_input="ignore")
-    group_idx = slices[group_value]
     # hyperparameters sampled by another step (a CompoundStep split) are read from
     # their shared values: the sweep then leaves them to that step
-    hyper_vals = [v for v in value_vars & set(ancestors([loc, scale])) if v in slices
-                  and v is not group_value]
-    hyper_shared = len(hyper_vals) != len([v for v in value_vars & set(ancestors([loc, scale]))
-                                           if v is not group_value])
-    # the fixed part: eta with the gather replaced by zeros
-    f = clone_replace(eta, {node.outputs[0]: pt.zeros(idx.shape, dtype=node.outputs[0].dtype)})
-    f_values = [v for v in ancestors([f]) if v in value_vars]
-    if group_value in f_values or any(v in f_values for v in hyper_vals):
-        return ("the linear predictor reads the group variable or its hyperparameters "
-                "outside the group effect")
-    if any(v not in slices for v in f_values):
-        return "the fixed effects include variables of another step"
-    f_fn = engine.compile_batch([f])
-    # the data: group indices in range, the fixed part affine in q
+    upstream = [v for v in value_vars & set(ancestors([loc, scale])) if v is not group_value]
+    hyper_vals = [v for v in upstream if v in slices]
     groups = np.asarray(pytensor.function([], idx, on_unused_input="ignore")())
     if groups.shape != (engine.n_rows,) or groups.dtype.kind not in "iu":
-        return "the group index is not one integer per row"
+        raise _Refused("the group index is not one integer per row")
     if groups.size and (groups.min() < 0 or groups.max() >= n_groups):
-        return (f"group indices outside 0..{n_groups - 1} (found {groups.min()}.."
-                f"{groups.max()})")
+        raise _Refused(f"group indices outside 0..{n_groups - 1} (found {groups.min()}.."
+                       f"{groups.max()})")
+    hyper_idx = (np.concatenate([slices[v] for v in hyper_vals]) if hyper_vals
+                 else np.zeros(0, dtype=int))
+    idx_names = [r.name for r in engine.rows
+                 if any(a is r.variable for a in ancestors([idx]))]
+    term = RandomIntercept(
+        centred=centred, group_var=_rv_name(model, group_value),
+        group_name=idx_names[0] if idx_names else "group index", n_groups=n_groups,
+        group_of_row=groups.astype(np.int32), group_idx=slices[group_value],
+        hyper_idx=np.sort(hyper_idx),
+        hyper_names=[_rv_name(model, v) for v in engine.vars if v in hyper_vals],
+        hyper_shared=len(hyper_vals) != len(upstream), _loc_scale_fn=loc_scale_fn)
+    return term, group_value, hyper_vals
+
+
+def _with_fixed_block(engine, spec, params, eta, node, term, term_vars, q0):
+    """The structure: the fixed part ``f`` (``eta`` with the gather replaced by zeros,
+    affine in the remaining variables, reading none of ``term_vars``: the group variable
+    and the hyperparameters) and the term; every variable of the step is one of them."""
+    model, slices = engine.model, engine.var_slices()
+    value_vars = set(model.value_vars)
+    idx = node.inputs[1]
+    f = clone_replace(eta, {node.outputs[0]: pt.zeros(idx.shape, dtype=node.outputs[0].dtype)})
+    f_values = [v for v in ancestors([f]) if v in value_vars]
+    if any(v in f_values for v in term_vars):
+        raise _Refused("the linear predictor reads the group variable or its hyperparameters "
+                       "outside the group effect")
+    if any(v not in slices for v in f_values):
+        raise _Refused("the fixed effects include variables of another step")
+    f_fn = engine.compile_batch([f])
     rng = np.random.default_rng(0)  # set-up check, not sampling
     data = sample_rows(engine, rng)
     if not is_affine(lambda q: np.atleast_1d(f_fn(q, *data)[0]), q0, rng):
-        return "the fixed part of the linear predictor is not affine in the fixed effects"
+        raise _Refused("the fixed part of the linear predictor is not affine in the fixed "
+                       "effects")
     obs_value = model.rvs_to_values[model[spec.observed]]
     y_index = next((k for k, r in enumerate(engine.rows) if r.variable is obs_value), None)
     if y_index is None:
-        return "the observations are an expression of the data, not a data array"
-    hyper_idx = (np.concatenate([slices[v] for v in hyper_vals]) if hyper_vals
-                 else np.zeros(0, dtype=int))
+        raise _Refused("the observations are an expression of the data, not a data array")
     fixed_vals = [v for v in engine.vars if v in f_values]
     fixed_idx = (np.concatenate([slices[v] for v in fixed_vals]) if fixed_vals
                  else np.zeros(0, dtype=int))
-    used = set(group_idx) | set(hyper_idx) | set(fixed_idx)
+    used = set(term.group_idx) | set(term.hyper_idx) | set(fixed_idx)
     if len(used) != engine.ndim:
-        rest = [_rv_name(model, v) for v in engine.vars
-                if not set(slices[v]) <= used]
-        return (f"the step also samples {', '.join(rest)}, which is neither a fixed "
-                "effect nor a hyperparameter of the group effects")
-    idx_names = [r.name for r in engine.rows
-                 if any(a is r.variable for a in ancestors([idx]))]
+        rest = [_rv_name(model, v) for v in engine.vars if not set(slices[v]) <= used]
+        raise _Refused(f"the step also samples {', '.join(rest)}, which is neither a fixed "
+                       "effect nor a hyperparameter of the group effects")
     return GroupStructure(
-        family=spec.family, params=params, centred=centred,
-        group_var=_rv_name(model, group_value),
-        group_name=idx_names[0] if idx_names else "group index",
-        n_groups=n_groups, group_of_row=groups.astype(np.int32),
-        group_idx=group_idx, hyper_idx=np.sort(hyper_idx), fixed_idx=np.sort(fixed_idx),
-        hyper_names=[_rv_name(model, v) for v in engine.vars if v in hyper_vals],
-        fixed_names=[_rv_name(model, v) for v in fixed_vals],
-        hyper_shared=hyper_shared,
-        _loc_scale_fn=loc_scale_fn, _f_fn=f_fn, _y_index=y_index, engine=engine)
+        family=spec.family, params=params, terms=[term], fixed_idx=np.sort(fixed_idx),
+        fixed_names=[_rv_name(model, v) for v in fixed_vals], _f_fn=f_fn,
+        _y_index=y_index, engine=engine)

@@ -4,11 +4,12 @@
 :class:`~pymc_subsample.engine.LikelihoodEngine` (data rows -> log-likelihood) and does
 the PyMC work every step needs: variable validation, the engine and its data checks,
 the refusal of stale data and changed files, pickling for worker processes, recorded
-settings, progress-bar columns, and the draw loop (:meth:`SubsampleStep.astep`, which
-runs ``steps_per_draw`` transitions of :meth:`SubsampleStep._transition`). It knows no
-proposal and no acceptance test: the Metropolis-Hastings layer is
-:mod:`pymc_subsample.steps.mh`, and SGLD (:mod:`pymc_subsample.steps.sgld`) sits on this
-class directly. The per-chain state and the sample stats are in
+settings, progress-bar columns (:mod:`pymc_subsample.steps.progress`), and the draw loop
+(:meth:`SubsampleStep.astep`, which runs ``steps_per_draw`` transitions of
+:meth:`SubsampleStep._transition`). It knows no proposal and no acceptance test: the
+Metropolis-Hastings layer is :mod:`pymc_subsample.steps.mh`, whose steps hold one
+transition kernel (:mod:`pymc_subsample.steps.kernel`), and SGLD
+(:mod:`pymc_subsample.steps.sgld`) sits on this class directly. The per-chain state and the sample stats are in
 :mod:`pymc_subsample.steps.state`; the set-up passes (centre, per-row gradients,
 importance weights) in :mod:`pymc_subsample.steps.setup`.
 """
@@ -24,15 +25,18 @@ from pymc.blocking import RaveledVars
 from pymc.pytensorf import make_shared_replacements
 from pymc.step_methods.arraystep import ArrayStepShared
 from pymc.step_methods.compound import Competence
-from pymc.util import get_value_vars_from_user_vars
 
 from ..engine import LikelihoodEngine
 from ..engine.analysis import model_logp
+from ..engine.groups import NotFound
 from ..kernels._validation import check_choice, check_positive_int
 from ..out_of_core import keep_observations_on_disk
 from .data import DataGuard
+from .progress import fit_progress_columns, progress_columns, progress_update_functions
+from .variables import step_value_vars
 from .state import (
     BASE_STATS,
+    DRAW_STATS,
     SETTING_PREFIX,
     ChainState,
     SubsampleStepState,
@@ -47,126 +51,14 @@ except ImportError:  # pragma: no cover
 
 __all__ = ["SubsampleStep"]
 
-# ---------------------------------------------------------------------- progress bar
-#: Characters that PyMC's own progress-bar columns take uncut (PyMC 5's layout of its
-#: rich table): the edges and the dividers between its five columns (2 + 4), "Draw" (6,
-#: to 9,999 draws), "Speed" (17: "9999.99 draws/s"), "Elapsed" (9), "Remaining" (11),
-#: and the bar, which rich narrows first but only down to the widest other column (the
-#: Speed column's 17; below that it narrows Speed too, which then wraps).
-PYMC_PROGRESS_WIDTH = 66
-#: values in a progress column take at most this many characters (:func:`short_number`)
-PROGRESS_VALUE_WIDTH = 4
-
-
-def short_number(x: float, width: int = PROGRESS_VALUE_WIDTH) -> str:
-    """``x`` in at most ``width`` characters where possible: two, one or no decimals,
-    then thousands (``k``), millions (``M``), billions (``G``); ``-`` for NaN."""
-    x = float(x)
-    if math.isnan(x):
-        return "-"
-    for scale, suffix in ((1.0, ""), (1e3, "k"), (1e6, "M"), (1e9, "G")):
-        for decimals in (2, 1, 0):
-            text = f"{x / scale:.{decimals}f}{suffix}"
-            if len(text) <= width:
-                return text
-    return f"{x:.0e}"
-
-
-def column_width(header: str) -> int:
-    """The width of a progress column: its header or a value, whichever is wider."""
-    return max(len(header), PROGRESS_VALUE_WIDTH)
-
-
-def progress_width(columns) -> int:
-    """Characters ``columns`` (``PROGRESS_COLUMNS`` entries) add to PyMC's progress
-    table: each its :func:`column_width`, its padding (2) and a divider (1)."""
-    return sum(column_width(header) + 3 for _, _, header, _ in columns)
-
-
-def progress_console_width():
-    """The width of the console PyMC's progress bar draws on: the ``COLUMNS``
-    environment variable, else a terminal's or a notebook's width (as ``rich`` reads
-    them); None when the output is neither (no live bar to fit)."""
-    import os
-    import sys
-
-    from rich.console import Console
-
-    columns = os.environ.get("COLUMNS", "").strip()
-    if columns.isdigit():
-        return int(columns)
-    for stream in (sys.stderr, sys.stdout):
-        console = Console(file=stream)
-        if console.is_jupyter or console.is_terminal:
-            return console.width
-    return None
-
-
-def fit_progress_columns(columns, width="console"):
-    """The leading entries of ``columns`` (most useful first) that fit beside PyMC's own
-    columns (:data:`PYMC_PROGRESS_WIDTH`) in ``width`` characters, at least the first:
-    at 80 characters two four-character columns fit, so that nothing is cut or wrapped
-    on PyMC 5. ``width="console"``: :func:`progress_console_width`; None keeps all."""
-    if isinstance(width, str):
-        width = progress_console_width()
-    if width is None:
-        return tuple(columns)
-    room = width - PYMC_PROGRESS_WIDTH
-    kept = []
-    for column in columns:
-        if kept and progress_width(kept + [column]) > room:
-            break
-        kept.append(column)
-    return tuple(kept)
-
-
-def progress_columns(columns, n_chains: int = 1):
-    """PyMC's ``_progressbar_config``: one ``rich`` text column per entry
-    ``(stat, field, header, format)`` of ``columns``, of fixed width
-    (:func:`column_width`, no wrapping), so that rich never cuts its header or values
-    (it narrows PyMC's flexible columns instead), and the fields' initial values."""
-    from rich.progress import TextColumn
-    from rich.table import Column
-
-    out = [
-        TextColumn(f"{{task.fields[{name}]}}",
-                   table_column=Column(header, no_wrap=True, width=column_width(header)))
-        for _, name, header, _ in columns
-    ]
-    return out, {name: ["-"] * n_chains for _, name, _, _ in columns}
-
-
-def progress_update_functions(columns):
-    """PyMC's ``_make_progressbar_update_functions``: the running means of the columns'
-    stats over the draws so far (non-finite values skipped), each in its column's width
-    (the column's format, else :func:`short_number`). PyMC passes a draw's stats without
-    its chain, so the means pool the chains (which run the same kernel); tuning draws
-    count too."""
-    totals = {stat: [0.0, 0] for stat, *_ in columns}
-
-    def update_stats(step_stats):
-        out = {}
-        for stat, name, header, fmt in columns:
-            value = float(step_stats.get(stat, 0.0))
-            total = totals[stat]
-            if math.isfinite(value):
-                total[0] += value
-                total[1] += 1
-            mean = total[0] / total[1] if total[1] else math.nan
-            text = fmt.format(mean) if total[1] else "-"
-            width = column_width(header)
-            out[name] = text if len(text) <= width else short_number(mean, width)
-        return out
-
-    return (update_stats,)
-
-
 class SubsampleStep(DataGuard, ChainState, ArrayStepShared):
     """Base class of the subsampling step methods: the PyMC plumbing.
 
-    Subclasses implement :meth:`_setup` (the set-up passes, once per step object) and
-    :meth:`_transition` (one Markov transition from ``q``, returning the new state and
-    its stats), and declare their extra sample stats in ``stats_dtypes_shapes``.
+    Subclasses implement :meth:`_setup` (the set-up passes, once per step object; it may
+    set ``kernel``, a :class:`~pymc_subsample.steps.kernel.TransitionKernel`, whose
+    declared stats are then the step's, with the draw's) and :meth:`_transition` (one
+    Markov transition from ``q``, returning the new state and its stats), and declare
+    their extra sample stats in ``stats_dtypes_shapes``.
 
     Parameters
     ----------
@@ -203,6 +95,10 @@ class SubsampleStep(DataGuard, ChainState, ArrayStepShared):
     SETTINGS: tuple[str, ...] = ("steps_per_draw",)
     stats_dtypes_shapes = {**BASE_STATS, **setting_stats(SETTINGS)}
     loglik_weight = 1.0  # 1 / temperature for tempered targets
+    #: the group structure the step found (a :class:`~pymc_subsample.engine.groups.
+    #: GroupStructure`: it runs the blocked sweep), a :class:`~pymc_subsample.engine.
+    #: groups.NotFound` saying why not, or None (the step looks for none)
+    hierarchy = None
 
     #: the engine checks every row when it is built (:meth:`~pymc_subsample.engine.
     #: likelihood.LikelihoodEngine.validate`); a step that sets this False must call
@@ -222,7 +118,7 @@ class SubsampleStep(DataGuard, ChainState, ArrayStepShared):
         keep_observations_on_disk(model)  # observed_data: the file, not a copy
         if initial_point is None:
             initial_point = model.initial_point()
-        vars = self._value_vars(vars, model)
+        vars = step_value_vars(type(self).__name__, vars, model)
         shared = make_shared_replacements(initial_point, vars, model)
         self.engine = LikelihoodEngine(model, vars, shared, compile_kwargs=compile_kwargs,
                                        initial_point=initial_point,
@@ -236,53 +132,30 @@ class SubsampleStep(DataGuard, ChainState, ArrayStepShared):
         self.tune = bool(tune)
         with self.engine.showing_progress(progressbar, label=type(self).__name__):
             self._setup()
+        self._declare_kernel_stats()
         self._remember_data()
         super().__init__(vars, shared, blocked=blocked, rng=rng)
         self._reset_chain()
+
+    def _declare_kernel_stats(self):
+        """The step's sample stats: those of its kernel and of the draw (``scaling``,
+        ``warning``, the settings), in the order the class declares them (the class's
+        own when the kernel emits all the others, or there is none)."""
+        if self.kernel is None:
+            return
+        declared = type(self).stats_dtypes_shapes
+        emitted = self.kernel.stats_dtypes_shapes
+        stats = {k: v for k, v in declared.items()
+                 if k in DRAW_STATS or k.startswith(SETTING_PREFIX) or k in emitted}
+        if len(stats) != len(declared):
+            self.stats_dtypes_shapes = stats
+            self.stats_dtypes = [{k: dtype for k, (dtype, _) in stats.items()}]
 
     @abstractmethod
     def _setup(self):
         """The set-up, once per step object (centre, sums, proposal, compiled functions)."""
 
-    # ------------------------------------------------------------------ validation
-    def _value_vars(self, vars, model):
-        """The value variables to sample: ``vars`` (default: the continuous free
-        variables), each once, none discrete."""
-        if vars is None:
-            vars = model.continuous_value_vars
-            if not vars:
-                raise ValueError(
-                    f"{type(self).__name__}: the model has no continuous free variables to sample."
-                )
-        vars = get_value_vars_from_user_vars(vars, model)
-        self._check_unique(vars, model)
-        self._check_continuous(vars, model)
-        return vars
-
-    @staticmethod
-    def _check_unique(vars, model):
-        seen, twice = set(), []
-        for v in vars:
-            if v in seen and v not in twice:
-                twice.append(v)
-            seen.add(v)
-        if twice:
-            names = ", ".join(f"'{model.values_to_rvs[v].name}'" for v in twice)
-            raise ValueError(
-                f"vars= names {names} more than once; give each variable once."
-            )
-
-    @staticmethod
-    def _check_continuous(vars, model):
-        bad = [v for v in vars if v.dtype in pm.discrete_types]
-        if bad:
-            names = ", ".join(f"'{model.values_to_rvs[v].name}'" for v in bad)
-            raise ValueError(
-                f"Discrete variable(s) {names} cannot be sampled by a continuous subsampling "
-                "step. Leave them out of vars= and let PyMC assign them a discrete step "
-                "(e.g. pm.BinaryGibbsMetropolis or pm.CategoricalGibbsMetropolis)."
-            )
-
+    # ------------------------------------------------------------------ other steps
     def likelihood_vars_of_other_steps(self) -> list[str]:
         """Names of the variables the likelihood depends on that this step does not sample.
 
@@ -375,12 +248,10 @@ class SubsampleStep(DataGuard, ChainState, ArrayStepShared):
         """
         if self._data_files is not None:
             self._data_files.check_stat()  # files unchanged? (os.stat, before rows are read)
+        q = q0.data
         if self.chain.start_pending:
             self.chain.start_pending = False
-            if self.tune and self.init == "laplace" and self._laplace_mean is not None:
-                z = self.rng.standard_normal(self.ndim)
-                q0 = RaveledVars(self._laplace_mean + self._laplace_chol @ z, q0.point_map_info)
-        q = q0.data
+            q = self._chain_start(q)
         self._start_draw()
         transitions = []
         for _ in range(self.steps_per_draw):
@@ -395,6 +266,18 @@ class SubsampleStep(DataGuard, ChainState, ArrayStepShared):
         stats["warning"] = pending.pop(0) if pending else None
         stats.update(self._setting_stats())
         return RaveledVars(q, q0.point_map_info), [stats]
+
+    def _chain_start(self, q):
+        """Where a chain starts (its first draw): with tuning and ``init="laplace"``, a
+        draw of the Laplace approximation at the centre (steps that have one); then the
+        kernel's start (:meth:`~pymc_subsample.steps.kernel.TransitionKernel.init`)."""
+        warm = self.tune and self.init == "laplace"
+        if warm and self._laplace_mean is not None:
+            z = self.rng.standard_normal(self.ndim)
+            q = self._laplace_mean + self._laplace_chol @ z
+        if self.kernel is not None:
+            q = self.kernel.init(q, warm_start=warm)
+        return q
 
     #: a log-scale coordinate below this (a scale under 6e-6) counts as collapsed
     COLLAPSE_LOG = -12.0
@@ -425,9 +308,9 @@ class SubsampleStep(DataGuard, ChainState, ArrayStepShared):
         if not np.any(low):
             return
         k = int(np.argmax(low))
-        sweep = getattr(self, "sweep", None)
+        sweep_runs = self.hierarchy is not None and not isinstance(self.hierarchy, NotFound)
         advice = ("The blocked sweep runs and should not do this: please report it."
-                  if sweep is not None else
+                  if sweep_runs else
                   "If it is the scale of group effects, this is the degenerate mode of a "
                   "centred hierarchical model, where a chain freezes. The default "
                   "hierarchical='auto' of the MH steps samples these models with a "
@@ -439,10 +322,10 @@ class SubsampleStep(DataGuard, ChainState, ArrayStepShared):
 
     def hierarchy_text(self) -> str:
         """Whether the step runs a blocked hierarchical sweep, or why not."""
-        found = getattr(self, "hierarchy", None)
+        found = self.hierarchy
         if found is None:
             return "this step has no blocked sweep"
-        return found if isinstance(found, str) else "recognised"
+        return found.reason if isinstance(found, NotFound) else "recognised"
 
     def _start_draw(self):
         """Before a draw's transitions (a step's caches that other steps of a
@@ -454,5 +337,6 @@ class SubsampleStep(DataGuard, ChainState, ArrayStepShared):
         (``accepted`` 0.0 or 1.0, ``accept``, ``data_used``, ``n_batches``, ...)."""
 
     def _scaling(self) -> float:
-        """The ``scaling`` stat of a draw (the proposal's scale, SGLD's step size)."""
-        return math.nan
+        """The ``scaling`` stat of a draw (the kernel's: the proposal's scale; SGLD's step
+        size)."""
+        return math.nan if self.kernel is None else self.kernel.scaling

@@ -133,17 +133,20 @@ class GrowingBatchStep(MHStep):
         }
 
     # ------------------------------------------------------------------ set-up
-    def _setup_target(self):
-        """The batch sizes, then the centre and the control variate: Taylor proxies (in
-        predictor coordinates for a curved predictor), SAGA's store, or none; the
-        importance weights. Returns the centre and the Laplace fit, or None."""
+    def _setup_settings(self):
+        """The batch sizes (whatever the kernel: :meth:`settings` records them)."""
         batch_size, batch_increment = self._batch_args
         self.batch_size = check_batch_size(batch_size, "batch_size", self.n_rows)
         self.batch_increment = check_batch_size(
             batch_increment, "batch_increment", self.n_rows, allow_none=True)
-        self._check_other_steps()
         self.is_table = self._is_scale = self._curved = None
         self._plain = NoControlVariate(self.engine)
+
+    def _setup_target(self):
+        """The centre and the control variate: Taylor proxies (in predictor coordinates
+        for a curved predictor), SAGA's store, or none; the importance weights. Returns
+        the centre and the Laplace fit, or None."""
+        self._check_other_steps()
         if self.cv.name == "none" and self.sampling == "uniform":
             self.control = self._plain
             return None
@@ -224,14 +227,6 @@ class GrowingBatchStep(MHStep):
             self._sampler = ImportanceSampler(self.is_table, self.rng)
         else:
             self._sampler = RowSampler(self.n_rows, self.rng)
-
-    def _sweep_attributes(self):
-        batch_size, batch_increment = self._batch_args
-        self.batch_size = check_batch_size(batch_size, "batch_size", self.n_rows)
-        self.batch_increment = check_batch_size(
-            batch_increment, "batch_increment", self.n_rows, allow_none=True)
-        self.is_table = self._is_scale = self._curved = None
-        self._plain = self.control
 
     @property
     def cv_active(self) -> bool:

@@ -1,70 +1,35 @@
-"""The Metropolis-Hastings layer of the subsampling steps: a proposal and an
-accept/reject decision per transition.
+"""The Metropolis-Hastings layer of the subsampling steps: one transition kernel
+(:mod:`pymc_subsample.steps.kernel`) per step.
 
-:class:`MHStep` adds to :class:`~pymc_subsample.steps.base.SubsampleStep` the proposal
-(chosen once the set-up knows the centre and the control variate; built with the user's
+:class:`MHStep` adds to :class:`~pymc_subsample.steps.base.SubsampleStep` the choice of
+its kernel: the blocked sweep on a random-intercept GLM
+(:mod:`pymc_subsample.steps.hierarchical`), or the joint move
+(:class:`~pymc_subsample.steps.kernel.JointMove`) over the proposal (chosen once the
+set-up knows the centre and the control variate; built with the user's
 ``proposal_kwargs``; set up with the Laplace approximation when there is one; tuned
-during tuning) and the transition: propose, evaluate the prior, and let the subclass's
-:meth:`MHStep._decide` return a frozen :class:`Decision`. AustereMH, BarkerMinibatch
-(through :mod:`pymc_subsample.steps.growing`) and ScalableMH derive from it.
+during tuning) and the subclass's :meth:`MHStep._decide`, which returns a frozen
+:class:`~pymc_subsample.steps.kernel.Decision`. AustereMH, BarkerMinibatch (through
+:mod:`pymc_subsample.steps.growing`) and ScalableMH derive from it.
 """
 
 from __future__ import annotations
 
 import math
 from abc import abstractmethod
-from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..engine.groups import find_groups
+from ..engine.groups import NotFound, find_groups
 from ..kernels._validation import check_choice
 from ..kernels.control_variates import NoControlVariate
 from ..proposals import as_proposal
 from .base import SubsampleStep
+from .state import DRAW_STATS, SETTING_PREFIX
 from .gradients import GradientOracle
+from .kernel import REJECTED, Decision, JointMove
 from .setup import build_estimator
 
 __all__ = ["MHStep", "Decision", "REJECTED"]
-
-
-@dataclass(frozen=True)
-class Decision:
-    """One accept/reject decision (the record :meth:`MHStep._decide` returns).
-
-    Attributes
-    ----------
-    accepted : bool
-    accept : float
-        The acceptance probability as the test estimated it; NaN: none (the decision
-        itself is reported).
-    data_used, n_batches : int
-        Rows read and batches drawn.
-    first_factor : float
-        The acceptance probability of the data-free first factor (prior, proposal
-        ratio and the control variates' sum): what a surrogate-trajectory proposal
-        tunes on (``Proposal.tune_signal == "first_factor"``).
-    extras : dict
-        The step's own stats.
-    """
-
-    accepted: bool
-    accept: float = math.nan
-    data_used: int = 0
-    n_batches: int = 0
-    first_factor: float = 0.0
-    extras: dict = field(default_factory=dict)
-
-    def stats(self) -> dict:
-        """The transition's sample stats."""
-        accepted = float(bool(self.accepted))
-        return {"data_used": self.data_used, "n_batches": self.n_batches, **self.extras,
-                "accepted": accepted,
-                "accept": accepted if self.accept != self.accept else self.accept}
-
-
-#: a proposal rejected before any test (not finite, outside the prior's support)
-REJECTED = Decision(False)
 
 
 class MHStep(SubsampleStep):
@@ -95,7 +60,8 @@ class MHStep(SubsampleStep):
         interweaving the centred and non-centred forms, fixed effects; every move exact
         (factorised test with Poisson thinning), at a cost per draw that does not grow
         with ``N``. The step's own test and ``proposal=`` are then not used (the
-        ``repr`` and :attr:`hierarchy` say so). ``"off"``, or a ``proposal=``,
+        ``repr`` and :attr:`hierarchy` say so: the structure, or a
+        :class:`~pymc_subsample.engine.groups.NotFound` with the reason). ``"off"``, or a ``proposal=``,
         ``scaling=`` or ``proposal_kwargs=`` given: the joint move.
     **kwargs
         Those of :class:`~pymc_subsample.steps.base.SubsampleStep`.
@@ -107,14 +73,13 @@ class MHStep(SubsampleStep):
     #: whether a start scale comes from the Laplace approximation's marginal sds (with a
     #: centre) rather than the proposal's own default
     SCALING_FROM_LAPLACE = True
+    #: the sweep makes one transition per draw when ``steps_per_draw`` was not given
+    #: (a step whose own default is several joint moves sets this in its constructor)
+    _steps_per_draw_default = False
 
     def __init__(self, vars=None, *, proposal=None, scaling=None, proposal_kwargs=None,
                  hierarchical="auto", **kwargs):
         self._hierarchical_arg = check_choice("hierarchical", hierarchical, ("auto", "off"))
-        #: the blocked sweep on a random-intercept GLM (None: the joint move)
-        self.sweep = None
-        #: the group structure found, or why there is none (a string)
-        self.hierarchy = None
         self._proposal_arg = proposal
         self._scaling_arg = scaling
         self._proposal_kwargs = dict(proposal_kwargs or {})
@@ -127,7 +92,10 @@ class MHStep(SubsampleStep):
         if self._scaling_arg is not None:
             self._scaling_arg = self._check_scaling(self._scaling_arg)
         self.user_scaling = self._scaling_arg
-        if self._setup_sweep():
+        self._setup_settings()
+        self.hierarchy = self._find_structure()
+        if not isinstance(self.hierarchy, NotFound):
+            self.kernel = self._build_sweep(self.hierarchy)
             return
         if self._proposal_arg is not None:  # a user's proposal: checked before the passes
             self.proposal = self._build_proposal()
@@ -136,44 +104,55 @@ class MHStep(SubsampleStep):
             self.proposal = self._build_proposal()
         self._setup_proposal(fit)
         self._compile()
+        self.kernel = JointMove(self.proposal, self._test, self._tune_signal, self._oracle,
+                                self._decision_stats())
 
-    def _setup_sweep(self) -> bool:
-        """Find a random intercept per group and, when there is one, build the blocked
-        sweep (:mod:`pymc_subsample.steps.hierarchical`) in place of the joint move."""
-        from .hierarchical import HierarchicalSweep
+    def _setup_settings(self):
+        """The set-up of the recorded settings (:meth:`settings`) that does not depend
+        on the kernel: the arguments checked and resolved. Default: none."""
 
+    def _find_structure(self):
+        """The group structure the sweep runs on (:func:`~pymc_subsample.engine.groups.
+        find_groups`), or a :class:`~pymc_subsample.engine.groups.NotFound` with why the
+        step keeps the joint move."""
         if self._hierarchical_arg == "off":
-            self.hierarchy = "hierarchical='off'"
-            return False
+            return NotFound("hierarchical='off'")
         if self.loglik_weight != 1.0:
-            self.hierarchy = "a tempered target (temperature != 1) keeps the joint move"
-            return False
+            return NotFound("a tempered target (temperature != 1) keeps the joint move")
         if (self._proposal_arg is not None or self._scaling_arg is not None
                 or self._proposal_kwargs):
-            self.hierarchy = "proposal=, scaling= or proposal_kwargs= configures the joint move"
-            return False
+            return NotFound("proposal=, scaling= or proposal_kwargs= configures the joint move")
         try:
-            found = find_groups(self.engine)
+            return find_groups(self.engine)
         except Exception as err:  # noqa: BLE001 - an unforeseen graph: the joint move
-            found = f"the graph could not be read ({type(err).__name__}: {err})"
-        self.hierarchy = found
-        if isinstance(found, str):
-            return False
+            return NotFound(f"the graph could not be read ({type(err).__name__}: {err})")
+
+    def _build_sweep(self, structure):
+        """The blocked sweep (:mod:`pymc_subsample.steps.hierarchical`) on ``structure``,
+        in place of the joint move."""
+        from .hierarchical import HierarchicalSweep
+
         self._before_sweep()
-        self.sweep = HierarchicalSweep(self.engine, found)
-        if getattr(self, "_steps_per_draw_default", False):  # a step's own default
+        sweep = HierarchicalSweep(self.engine, structure)
+        if self._steps_per_draw_default:  # a step's own default
             self.steps_per_draw = 1
-        self.proposal = self.sweep  # its chain state travels as the proposal's
         self.control = NoControlVariate(self.engine)
-        self._sweep_attributes()
-        return True
+        return sweep
 
     def _before_sweep(self):
         """Called once the sweep is chosen, before it reads the rows (a step's pending data
         checks run here)."""
 
-    def _sweep_attributes(self):
-        """Set what :meth:`settings` reads when the sweep replaces the step's set-up."""
+    @property
+    def sweep(self):
+        """The blocked hierarchical sweep the step runs, or None (the joint move)."""
+        return None if isinstance(self.hierarchy, NotFound) else self.kernel
+
+    def _decision_stats(self) -> dict:
+        """The stats the joint move's decisions carry: the step's declared stats but
+        those of the draw (``scaling``, ``warning``, the settings)."""
+        return {k: v for k, v in type(self).stats_dtypes_shapes.items()
+                if k not in DRAW_STATS and not k.startswith(SETTING_PREFIX)}
 
     def __repr__(self) -> str:
         what = (f"blocked hierarchical sweep: {self.hierarchy.describe()}"
@@ -299,9 +278,6 @@ class MHStep(SubsampleStep):
         return g_prior + self.loglik_weight * self.control.grad(q)
 
     # ------------------------------------------------------------------ the transition
-    def _scaling(self) -> float:
-        return float(self.proposal.scaling)
-
     def _start_draw(self):
         # the log prior of the current state, reused by the draw's transitions; kept
         # across draws only when it is a function of q alone (no other step's variables
@@ -310,51 +286,9 @@ class MHStep(SubsampleStep):
             self._prior_now = None
 
     def _transition(self, q):
-        """One Markov transition from ``q``: a proposal and its test. Returns the new
-        state and the transition's stats (``accepted`` 0.0 or 1.0)."""
-        if self.sweep is not None:
-            return self._sweep_transition(q)
-        q_prop, log_qratio = self.proposal.draw(q, self.rng)
-        q_prop = np.asarray(q_prop, dtype=np.float64)
-        log_qratio = float(log_qratio)
-        decision = REJECTED
-        if np.all(np.isfinite(q_prop)) and not (np.isnan(log_qratio) or log_qratio == -np.inf):
-            decision = self._test(q, q_prop, log_qratio)
-        q_now = q_prop if decision.accepted else q
-        if self.tune and self.adapt:
-            self.proposal.tune(self._tune_signal(decision), q=q_now)
-        stats = decision.stats()
-        if self._oracle is not None:  # a Langevin proposal's estimator: its rows count
-            stats["data_used"] += self._oracle.update(q_now)
-        return q_now, stats
-
-    def _sweep_transition(self, q):
-        """One blocked sweep (:class:`~pymc_subsample.steps.hierarchical.
-        HierarchicalSweep`); the step's other stats at their neutral values."""
-        state = self.sweep.state
-        if not state.started:
-            state.started = True
-            if self.tune and self.init == "laplace":
-                q = self.sweep.start(q)
-        q, stats = self.sweep.transition(q, self.rng, self.engine.prior,
-                                         self.tune and self.adapt)
-        out = dict(self._neutral_stats())
-        out.update(stats)
-        out["accept"] = stats["accepted"]
-        return q, out
-
-    def _neutral_stats(self) -> dict:
-        cached = getattr(self, "_neutral_cache", None)
-        if cached is None:
-            cached = {}
-            for key, (dtype, _) in type(self).stats_dtypes_shapes.items():
-                if key in ("warning", "scaling") or key.startswith("setting_"):
-                    continue
-                dt = np.dtype(dtype)
-                cached[key] = (False if dt == bool else 0 if dt.kind in "iu"
-                               else math.nan)
-            self._neutral_cache = cached
-        return cached
+        """One Markov transition from ``q``: a step of the kernel. Returns the new state
+        and the transition's stats (``accepted`` 0.0 or 1.0)."""
+        return self.kernel.step(q, self.rng, self.tune and self.adapt)
 
     def _test(self, q, q_prop, log_qratio) -> Decision:
         """The prior ratio, then the step's decision (a proposal outside the prior's

@@ -270,18 +270,17 @@ class ScalableMH(MHStep):
         else:
             check.run()
 
-    def _sweep_attributes(self):
+    def _setup_settings(self):
+        """The ``truncation`` in effect (whatever the kernel: :meth:`settings` records
+        it); no bounds yet (the sweep's are per group, steps/hierarchical/)."""
         self.truncation = (
             float(self.n_rows) if self._truncation_arg is None else float(self._truncation_arg))
-        self.bounds = None  # the sweep's bounds are per group (steps/hierarchical.py)
+        self.bounds = None
 
     def _setup_target(self):
         """The centre, the control variates and the bounds (module docstring of
         :mod:`pymc_subsample.steps.scalable_bounds`)."""
         eng = self.engine
-        self.truncation = (
-            float(self.n_rows) if self._truncation_arg is None else float(self._truncation_arg)
-        )
         # cheap checks first, before the mode search and the data pass
         msg = self._other_steps_message(
             "ScalableMH (its Taylor control variates and bounds at theta_hat)",

@@ -273,12 +273,12 @@ class SGLD(SubsampleStep):
         (:func:`~pymc_subsample.engine.groups.find_groups`). A failure of the recognition
         itself (its import included) counts as no structure."""
         try:
-            from ..engine.groups import find_groups
+            from ..engine.groups import NotFound, find_groups
 
             structure = find_groups(self.engine)
         except Exception:  # noqa: BLE001 - the recognition is a check, not a requirement
             return
-        if isinstance(structure, str):  # no group structure (the reason)
+        if isinstance(structure, NotFound):  # no group structure (the reason)
             return
         raise ModelNotSupportedError(
             f"SGLD does not sample this model: its likelihood has a {structure.describe()}. "

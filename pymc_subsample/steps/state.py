@@ -6,10 +6,8 @@ The layer under :class:`~pymc_subsample.steps.base.SubsampleStep`:
   (:func:`setting_stats`: constant per-draw stats ``setting_<name>``);
 * :func:`summarise`, one draw's stats from its ``steps_per_draw`` transitions;
 * :class:`SubsampleStepState` and :class:`ChainState`: the per-chain state (tuning flag,
-  proposal tuning, warnings issued) that PyMC resets once per chain (``set_rng`` on
-  PyMC 5, ``setup_chain`` on PyMC 6) and carries in ``sampling_state``.
-
-The progress-bar columns are :class:`~pymc_subsample.steps.base.SubsampleStep`'s.
+  the transition kernel's tuning, warnings issued) that PyMC resets once per chain
+  (``set_rng`` on PyMC 5, ``setup_chain`` on PyMC 6) and carries in ``sampling_state``.
 """
 
 from __future__ import annotations
@@ -32,6 +30,7 @@ __all__ = [
     "ChainState",
     "ChainVars",
     "Warnings",
+    "DRAW_STATS",
 ]
 
 BASE_STATS = {
@@ -53,6 +52,9 @@ BASE_STATS = {
     # process, dropped from the returned trace unless keep_warning_stat=True
     "warning": (SamplerWarning, None),
 }
+
+#: the stats a step adds to its kernel's for the draw (the settings aside)
+DRAW_STATS = frozenset({"scaling", "warning"})
 
 #: dtypes of the settings a step records with its draws (one name, one dtype, whatever
 #: the step: a CompoundStep refuses a stat name declared with two dtypes)
@@ -140,12 +142,13 @@ class ChainVars:
 @dataclass_state
 class SubsampleStepState(StepMethodState):
     """What a chain of a subsampling step changes, for PyMC's ``sampling_state``: the
-    tuning flag, the proposal's tuned state, the control variate's and the gradient
+    tuning flag, the transition kernel's state (:mod:`pymc_subsample.steps.kernel`: the
+    proposal's tuning, or the sweep's), the control variate's and the gradient
     estimator's chain state, and the step's typed per-chain record (``chain``, a
     :class:`ChainVars` of the step's own kind)."""
 
     tune: bool
-    proposal_state: dict | None
+    kernel_state: object
     control_state: object
     estimator_state: object
     chain: ChainVars
@@ -153,7 +156,7 @@ class SubsampleStepState(StepMethodState):
 
 class _PartState:
     """A ``sampling_state`` field that is the chain state of one of the step's parts (its
-    proposal, control variate or gradient estimator): the part's ``get_state()``, or
+    transition kernel, control variate or gradient estimator): the part's ``get_state()``, or
     None when the step has no such part; setting it calls the part's ``set_state``."""
 
     def __init__(self, attr: str):
@@ -177,29 +180,31 @@ class ChainState:
 
     PyMC hands each chain a generator once (``set_rng`` on PyMC 5, ``setup_chain`` on
     PyMC 6); both reset the chain (:meth:`_reset_chain`): the typed record ``chain``
-    (``_chain_class``), the proposal's tuning, the control variate and the gradient
-    estimator, and the tuning flag. ``sampling_state`` (``_state_class =
+    (``_chain_class``), the transition kernel's state, the control variate and the
+    gradient estimator, and the tuning flag. ``sampling_state`` (``_state_class =
     SubsampleStepState``) carries the same state.
     """
 
     #: the per-chain record's type (a :class:`ChainVars`)
     _chain_class = ChainVars
-    #: the step's proposal, control variate and gradient estimates (None where it has none)
+    #: the step's transition kernel (:mod:`pymc_subsample.steps.kernel`), proposal,
+    #: control variate and gradient estimates (None where it has none)
+    kernel = None
     proposal = None
     control = None
     _oracle = None
 
     #: the chain states of the step's parts (``get_state()`` / ``set_state``; None for a
     #: part the step does not have), fields of ``sampling_state``
-    proposal_state = _PartState("proposal")
+    kernel_state = _PartState("kernel")
     control_state = _PartState("control")
     estimator_state = _PartState("_oracle")
 
     # ------------------------------------------------------------------ per-chain state
     def _reset_chain(self):
-        """Reset everything a chain changes (proposal tuning, warnings issued)."""
+        """Reset everything a chain changes (the kernel's tuning, warnings issued)."""
         self._check_data_unchanged()
-        for part in (self.proposal, self.control, self._oracle):
+        for part in (self.kernel, self.control, self._oracle):
             if part is not None:
                 part.reset()
         self.chain = self._new_chain()
@@ -227,8 +232,8 @@ class ChainState:
 
     def stop_tuning(self):
         self.tune = False
-        if self.proposal is not None:
-            self.proposal.stop_tuning()
+        if self.kernel is not None:
+            self.kernel.stop_tuning()
 
     def warn_once(self, key, message, kind=WarningType.BAD_PARAMS):
         """Issue a sampler warning at most once per chain.
@@ -243,4 +248,3 @@ class ChainState:
         warnings.issued.add(key)
         warnings.pending.append(
             SamplerWarning(kind, f"{type(self).__name__}: {message}", "warn"))
-

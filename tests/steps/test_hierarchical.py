@@ -2,7 +2,9 @@
 structure it runs on (``pymc_subsample.engine.groups``).
 
 * the structure is found in centred and non-centred models, with the group of every row,
-  the hyperparameters and the fixed effects; models without one say why;
+  the hyperparameters and the fixed effects; models without one say why (a ``NotFound``);
+* the sweep is the step's one transition kernel: its declared stats are the step's (with
+  the draw's), its chain state round-trips through ``sampling_state`` and pickling;
 * the factorised test with Poisson thinning accepts with exactly the factorised
   probability (Monte Carlo against the probability computed from every row), and a
   thinning that never rejects is caught;
@@ -22,11 +24,14 @@ import pytest
 
 import pymc_subsample as pms
 from pymc_subsample.engine import LikelihoodEngine
-from pymc_subsample.engine.groups import GroupStructure, find_groups
+from pymc_subsample.engine.groups import GroupStructure, NotFound, find_groups
 from pymc_subsample.kernels.families import get_family
 from pymc_subsample.kernels.hierarchical import GroupRows, draw_events, eb_fit, thinning_rates
 from pymc_subsample.kernels.predictor import remainder_difference, row_loglik
 from pymc_subsample.steps.hierarchical import HierarchicalSweep
+from pymc_subsample.steps.hierarchical.block_moves import HyperMarginal
+from pymc_subsample.steps.hierarchical.factorised import FactorisedTest
+from pymc_subsample.steps.kernel import TransitionKernel
 from pymc_subsample.testing import (hierarchical_data, hierarchical_model, mcse_mean,
                                     posterior)
 
@@ -62,18 +67,19 @@ def test_structure_found(centred):
     model, data = _small(centred)
     s = find_groups(LikelihoodEngine(model))
     assert isinstance(s, GroupStructure), s
-    assert s.centred is centred
-    assert s.group_var == ("a" if centred else "z")
-    assert s.n_groups == 12
-    np.testing.assert_array_equal(s.group_of_row, data["group"])
-    assert s.group_of_row.dtype == np.int32
-    assert s.hyper_names == ["mu", "tau"] and s.fixed_names == ["beta"]
+    (t,) = s.terms
+    assert t.centred is centred
+    assert t.group_var == ("a" if centred else "z")
+    assert t.n_groups == 12
+    np.testing.assert_array_equal(t.group_of_row, data["group"])
+    assert t.group_of_row.dtype == np.int32
+    assert t.hyper_names == ["mu", "tau"] and s.fixed_names == ["beta"]
     q = LikelihoodEngine(model).initial_q() + 0.3
-    loc, scale = s.loc_scale(q)
+    loc, scale = t.loc_scale(q)
     np.testing.assert_allclose(loc, 0.3)
     np.testing.assert_allclose(scale, np.exp(0.3))  # tau's log transform
-    a = s.effects(q)
-    np.testing.assert_allclose(s.with_effects(q, a), q)
+    a = t.effects(q)
+    np.testing.assert_allclose(t.with_effects(q, a), q)
     assert "12 groups" in s.describe() and "'g'" in s.describe()
 
 
@@ -96,17 +102,18 @@ def test_no_structure_says_why():
     with pm.Model() as flat:
         b = pm.Normal("b", 0, 1, shape=2)
         pm.Bernoulli("y", logit_p=pm.math.dot(X, b), observed=y)
-    assert "no group effect" in find_groups(LikelihoodEngine(flat))
+    found = find_groups(LikelihoodEngine(flat))
+    assert isinstance(found, NotFound) and "no group effect" in found.reason
     g = rng.integers(0, 4, 300)
     with pm.Model() as student:
         a = pm.StudentT("a", nu=3, mu=0, sigma=1, shape=4)
         pm.Bernoulli("y", logit_p=a[g] + X[:, 0], observed=y)
-    assert "not a Normal" in find_groups(LikelihoodEngine(student))
+    assert "not a Normal" in find_groups(LikelihoodEngine(student)).reason
     with pm.Model() as two:
         a = pm.Normal("a", 0, 1, shape=4)
         c = pm.Normal("c", 0, 1, shape=4)
         pm.Bernoulli("y", logit_p=a[g] + c[(g + 1) % 4], observed=y)
-    assert "2 gathers" in find_groups(LikelihoodEngine(two))
+    assert "2 gathers" in find_groups(LikelihoodEngine(two)).reason
 
 
 # ------------------------------------------------------------------ the kernels
@@ -144,24 +151,24 @@ def test_eb_fit_is_a_proper_centre():
 
 def _exact_accept(sweep, db, a, db_new, a_new, extra, *, per_group):
     """The factorised acceptance probability from every row (the thinning's target)."""
-    s = sweep.s
+    s, fit = sweep.s, sweep.fit
     eng = sweep.engine
     rows = np.arange(eng.n_rows)
-    y, (e0, e1), eh = sweep._rows_eta(rows, (db, db_new), (a, a_new))
+    y, (e0, e1), eh = fit.rows_eta(rows, (db, db_new), (a, a_new))
     l = row_loglik(s.family, np.stack([e0, e1]), y, s.params, derivatives=0)[0]
     d = remainder_difference(s.family, y, s.params, e0, e1, eh, 2)
-    g = s.group_of_row
+    g, G = fit.term.group_of_row, fit.term.n_groups
     # the joint moves expand every group; the group moves the large ones and the small
     # ones with a low thinning rate
     if per_group:
-        t = sweep.taylor
+        t = fit.taylor
         _, rates = thinning_rates(t, db, a - t.a_hat, db_new, a_new - t.a_hat)
-        large_row = sweep._expanded(rates)[g]
+        large_row = sweep.factorised.expanded(rates)[g]
     else:
         large_row = np.ones(g.size, bool)
-    exact = np.bincount(g[~large_row], (l[1] - l[0])[~large_row], s.n_groups)
-    taylor = np.bincount(g[large_row], (l[1] - l[0] + d)[large_row], s.n_groups)
-    prod = np.bincount(g[large_row], -np.maximum(d, 0.0)[large_row], s.n_groups)
+    exact = np.bincount(g[~large_row], (l[1] - l[0])[~large_row], G)
+    taylor = np.bincount(g[large_row], (l[1] - l[0] + d)[large_row], G)
+    prod = np.bincount(g[large_row], -np.maximum(d, 0.0)[large_row], G)
     if per_group:
         first = exact + taylor + extra
         return np.exp(np.minimum(first, 0.0) + prod)
@@ -174,7 +181,7 @@ def sweep():
     model, _ = _small(False, n=1200, groups=6, seed=2)
     eng = LikelihoodEngine(model)
     sw = HierarchicalSweep(eng, find_groups(eng), exact_rows=20)
-    assert sw.large.sum() >= 3 and (~sw.large).sum() >= 1
+    assert sw.fit.large.sum() >= 3 and (~sw.fit.large).sum() >= 1
     return sw
 
 
@@ -186,7 +193,7 @@ def test_thinning_accepts_with_the_factorised_probability(sweep, broken, expand_
     acceptance frequencies match the factorised probability from every row, with the
     small groups evaluated exactly or (``expand_small``) through Taylor sums and
     thinning; a thinning whose events never reject is caught."""
-    import pymc_subsample.steps.hierarchical as hier
+    import pymc_subsample.steps.hierarchical.factorised as hier
 
     if expand_small:
         monkeypatch.setattr(hier, "_SMALL_RATE", 10.0)
@@ -194,21 +201,22 @@ def test_thinning_accepts_with_the_factorised_probability(sweep, broken, expand_
         monkeypatch.setattr(hier, "thinned_rejections",
                             lambda *a, **k: (np.zeros(len(a[2]), bool), 0.0))
     rng = np.random.default_rng(5)
-    G = sweep.s.n_groups
+    fit = sweep.fit
+    G = fit.term.n_groups
     db = np.array([0.05, -0.05])
-    sd = 1.0 / np.sqrt(sweep.curv + 1.0)
-    a = sweep.taylor.a_hat + 0.3 * sd
+    sd = 1.0 / np.sqrt(fit.curv + 1.0)
+    a = fit.taylor.a_hat + 0.3 * sd
     a_new = a + 2.0 * sd
     extra = np.full(G, 2.0)
     p = _exact_accept(sweep, db, a, db, a_new, extra, per_group=True)
-    assert np.sum(p[sweep.large] < 0.9) >= 2  # the product of the remainders' factors bites
+    assert np.sum(p[fit.large] < 0.9) >= 2  # the product of the remainders' factors bites
     if expand_small:
-        assert np.sum(p[~sweep.large] < 0.97) >= 1
+        assert np.sum(p[~fit.large] < 0.97) >= 1
     n = 3000
     hits = np.zeros(G)
     for _ in range(n):
-        ok, _ = sweep._data_test(db, a, db, a_new, np.log(rng.random(G)), extra, rng,
-                                 per_group=True)
+        ok, _ = sweep.factorised.decide(db, a, db, a_new, np.log(rng.random(G)), extra,
+                                        rng, per_group=True)
         hits += ok
     z = (hits / n - p) / np.sqrt(p * (1 - p) / n + 1e-12)
     if broken:
@@ -223,19 +231,19 @@ def test_bounds_cover_every_row(sweep):
     and the difference bound ``K |d eta| r^2 / 2`` hold, and the latter is the one used
     for short moves far from the centre."""
     rng = np.random.default_rng(11)
-    t, g = sweep.taylor, sweep.s.group_of_row
-    s = sweep.s
+    t, g = sweep.fit.taylor, sweep.fit.term.group_of_row
+    s, G = sweep.s, sweep.fit.term.n_groups
     rows = np.arange(sweep.engine.n_rows)
     k = get_family(s.family).sup_derivative(3, **s.params)  # logistic: a global bound
     used_difference = 0
     for scale in (0.01, 0.05, 0.3, 1.0):
         for _ in range(10):
             db = rng.normal(0, 0.1, 2)
-            da = rng.normal(0, 0.8, s.n_groups)
+            da = rng.normal(0, 0.8, G)
             db_new = db + scale * rng.normal(0, 0.1, 2)
-            da_new = da + scale * rng.normal(0, 0.3, s.n_groups)
+            da_new = da + scale * rng.normal(0, 0.3, G)
             a, a_new = t.a_hat + da, t.a_hat + da_new
-            y, (e0, e1), eh = sweep._rows_eta(rows, (db, db_new), (a, a_new))
+            y, (e0, e1), eh = sweep.fit.rows_eta(rows, (db, db_new), (a, a_new))
             d = remainder_difference(s.family, y, s.params, e0, e1, eh, 2)
             c = t.bounds(db, da, db_new, da_new)
             assert np.all(np.abs(d) <= c[g] * (1 + 1e-9) + 1e-12)
@@ -249,21 +257,21 @@ def test_thinning_joint_move(sweep, broken, monkeypatch):
     """A joint move (every group expanded, small ones too) far enough from the centre
     that the remainders matter: the acceptance frequency matches the factorised
     probability from every row, and a thinning whose events never reject is caught."""
-    import pymc_subsample.steps.hierarchical as hier
+    import pymc_subsample.steps.hierarchical.factorised as hier
 
     if broken:
         monkeypatch.setattr(hier, "thinned_rejections",
                             lambda *a, **k: (np.zeros(len(a[2]), bool), 0.0))
     rng = np.random.default_rng(6)
     db, db_new = np.array([0.15, 0.15]), np.array([0.3, -0.15])
-    a = sweep.taylor.a_hat - 0.15
+    a = sweep.fit.taylor.a_hat - 0.15
     a_new = a + 0.3
     # a large data-free ratio: the first factor is 1, the remainders' product decides
     p = _exact_accept(sweep, db, a, db_new, a_new, 50.0, per_group=False)
     assert 0.2 < p < 0.9
     n = 3000
-    hits = sum(sweep._data_test(db, a, db_new, a_new, np.log(rng.random()), 50.0, rng,
-                                per_group=False)[0] for _ in range(n))
+    hits = sum(sweep.factorised.decide(db, a, db_new, a_new, np.log(rng.random()), 50.0,
+                                       rng, per_group=False)[0] for _ in range(n))
     z = (hits / n - p) / np.sqrt(p * (1 - p) / n)
     assert (abs(z) > 6) if broken else (abs(z) < 4.5), (hits / n, p)
 
@@ -288,7 +296,7 @@ def test_tempered_target_keeps_the_joint_move():
     model, _ = _small(True)
     with model:
         step = pms.BarkerMinibatch(temperature=2.0)
-    assert step.sweep is None and "tempered" in step.hierarchy
+    assert step.sweep is None and "tempered" in step.hierarchy.reason
     with model:
         assert pms.BarkerMinibatch().steps_per_draw == 1  # one sweep per draw
         assert pms.BarkerMinibatch(hierarchical="off").steps_per_draw == 3
@@ -327,12 +335,58 @@ def test_sweep_stats_and_rows():
     assert np.all((stats["accepted"].values >= 0) & (stats["accepted"].values <= 1))
 
 
+def _steps(step, point, n=20):
+    out = []
+    for _ in range(n):
+        point, _ = step.step(point)
+        out.append(point["tau_log__"].copy())
+    return np.array(out)
+
+
+def test_the_sweep_is_the_kernel_its_stats_and_state():
+    """The sweep is the step's one transition kernel: the step declares the sweep's stats
+    and the draw's (not the joint move's test stats), a draw emits exactly those, and the
+    chain's state continues a chain draw for draw through ``sampling_state`` and through
+    pickling (as PyMC's workers get the step); a fresh step without the state does not."""
+    import cloudpickle
+
+    model, _ = _small(False)
+    with model:
+        step, fresh, other = pms.ScalableMH(), pms.ScalableMH(), pms.ScalableMH()
+        joint = pms.ScalableMH(hierarchical="off")
+    assert isinstance(step.kernel, TransitionKernel) and step.sweep is step.kernel
+    assert "fallback" in joint.stats_dtypes_shapes and "fallback" not in step.stats_dtypes_shapes
+    assert set(HierarchicalSweep.stats_dtypes_shapes) <= set(step.stats_dtypes_shapes)
+    step.set_rng(np.random.default_rng(1))
+    point = model.initial_point()
+    for _ in range(60):
+        point, (stats,) = step.step(point)
+    assert set(stats) == set(step.stats_dtypes_shapes)
+    assert stats["n_batches"] == 0 and stats["accept"] == stats["accepted"]
+    means = step.sweep.move_stats()
+    assert set(means) == {f"{name}__{stat}" for name in HierarchicalSweep.DEFAULT_MOVES
+                          for stat in ("accepted", "data_used")}
+    state = step.sampling_state
+    assert state.kernel_state["sweep"].n_tuned == 60 and not state.chain.start_pending
+    copy = cloudpickle.loads(cloudpickle.dumps(step))
+    want = _steps(step, dict(point))
+    np.testing.assert_array_equal(_steps(copy, dict(point)), want)
+    fresh.set_rng(np.random.default_rng(5))
+    fresh.sampling_state = state
+    np.testing.assert_array_equal(_steps(fresh, dict(point)), want)
+    other.set_rng(np.random.default_rng(5))
+    rng_only = other.sampling_state
+    rng_only.rng = state.rng  # the same randomness, but an untuned sweep
+    other.sampling_state = rng_only
+    assert not np.array_equal(_steps(other, dict(point)), want)
+
+
 def test_compound_split_keeps_working():
     """Our step on the group and fixed effects, pm.Metropolis on the hyperparameters."""
     model, _ = _small(True)
     with model:
         ours = pms.ScalableMH(vars=[model["a"], model["beta"]])
-        assert ours.sweep is not None and ours.sweep.s.hyper_shared
+        assert ours.sweep is not None and ours.sweep.s.terms[0].hyper_shared
         idata = pm.sample(step=[ours, pm.Metropolis([model["mu"], model["tau"]])],
                           draws=100, tune=100, chains=1, random_seed=2, progressbar=False,
                           compute_convergence_checks=False)
@@ -383,9 +437,10 @@ def test_posterior_matches_long_nuts(name, broken, monkeypatch):
     if not REFERENCE:
         pytest.skip("no reference in this file")
     if broken:
-        monkeypatch.setattr(HierarchicalSweep, "_data_test",
+        monkeypatch.setattr(FactorisedTest, "decide",
                             lambda self, *a, per_group, **k: (
-                                np.ones(self.s.n_groups, bool) if per_group else True, 0))
+                                np.ones(self.fit.term.n_groups, bool) if per_group else True,
+                                0))
     with _model(name, centred=True):
         idata = pm.sample(step=pms.ScalableMH(), draws=1000, tune=1000, chains=2, cores=1,
                           random_seed=17, progressbar=False,
@@ -411,8 +466,7 @@ def test_each_kind_of_move_keeps_the_posterior(moves, broken, monkeypatch):
     only = {k: 0 for k in HierarchicalSweep.DEFAULT_MOVES}
     monkeypatch.setattr(HierarchicalSweep, "DEFAULT_MOVES", {**only, **moves})
     if broken:
-        monkeypatch.setattr(HierarchicalSweep, "_conditional_log_jacobian",
-                            lambda self, *a: 0.0)
+        monkeypatch.setattr(HyperMarginal, "log_jacobian", lambda self, *a: 0.0)
     with _model("logistic", centred=True):
         idata = pm.sample(step=pms.ScalableMH(), draws=1000, tune=1000, chains=2, cores=1,
                           random_seed=19, progressbar=False,
@@ -430,7 +484,7 @@ def test_group_effects_alone_keep_the_joint_move():
     model, _ = _small(True)
     with model:
         ours = pms.AustereMH(vars=[model["a"]])
-        assert ours.sweep is None and "another step" in ours.hierarchy
+        assert ours.sweep is None and "another step" in ours.hierarchy.reason
         idata = pm.sample(step=[ours, pm.Metropolis([model["mu"], model["tau"],
                                                      model["beta"]])],
                           draws=50, tune=50, chains=1, random_seed=2, progressbar=False,
@@ -473,7 +527,8 @@ def test_unused_group_and_group_level_predictor():
         b = pm.Normal("b", 0, 1)
         pm.Bernoulli("y", logit_p=a[g] + b * x, observed=y)
         step = pms.ScalableMH()
-        assert step.sweep is not None and step.sweep.s.hyper_names == ["mu", "gamma", "tau"]
+        assert step.sweep is not None
+        assert step.sweep.s.terms[0].hyper_names == ["mu", "gamma", "tau"]
         idata = pm.sample(step=step, draws=400, tune=400, chains=1, random_seed=3,
                           progressbar=False, compute_convergence_checks=False)
     post = posterior(idata)

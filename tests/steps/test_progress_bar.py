@@ -3,7 +3,7 @@
 PyMC draws its progress bar as a ``rich`` table: the bar, "Draw", the step's columns,
 "Speed", "Elapsed", "Remaining". Too wide a table makes rich cut headers ("Rows/dr…") or
 wrap cells. The steps' columns have short headers and fixed widths, and only those that
-fit beside PyMC's columns are shown (:func:`pymc_subsample.steps.base.
+fit beside PyMC's columns are shown (:func:`pymc_subsample.steps.progress.
 fit_progress_columns`). Checked here without a terminal: the width budget, and PyMC's own
 table rendered into an 80-character console with worst-case values.
 """
@@ -17,8 +17,8 @@ from rich.console import Console
 
 import pymc_subsample as pms
 from pymc_subsample.steps import REGISTRY as STEP_REGISTRY
-from pymc_subsample.steps import base
-from pymc_subsample.steps.base import (
+from pymc_subsample.steps import progress
+from pymc_subsample.steps.progress import (
     PYMC_PROGRESS_WIDTH,
     fit_progress_columns,
     progress_columns,
@@ -112,5 +112,5 @@ def test_a_wide_console_shows_every_column(monkeypatch):
     assert [c.get_table_column().header for c in columns] == ["Rows", "Acc"]
     assert set(pms.ScalableMH._make_progressbar_update_functions()[0](WORST)) == set(fields)
     monkeypatch.delenv("COLUMNS")
-    monkeypatch.setattr(base, "progress_console_width", lambda: None)  # no terminal
+    monkeypatch.setattr(progress, "progress_console_width", lambda: None)  # no terminal
     assert len(pms.ScalableMH._progressbar_config(1)[0]) == 3

@@ -296,7 +296,7 @@ def test_sampling_state_carries_the_saga_store(conj):
     np.testing.assert_array_equal(chain(fresh, dict(point)), want)
     other.set_rng(np.random.default_rng(5))
     st = other.sampling_state
-    st.rng, st.proposal_state = state.rng, state.proposal_state  # all but the chain state
+    st.rng, st.kernel_state = state.rng, state.kernel_state  # all but the chain state
     other.sampling_state = st
     assert not np.array_equal(chain(other, dict(point)), want)
 
