@@ -31,8 +31,10 @@ References:
   ``mu + tau * z[g]``), ``hierarchical_centred`` (the same data and posterior,
   ``a ~ Normal(mu, tau)``, ``a[g]``) and ``robust_t`` (Student-t, nu = 4, unknown sigma,
   N = 10,000): PyMC NUTS on the same model, 4 chains x 1,000 draws (bulk ESS 1,000-5,000
-  per component; see ``NUTS_REF`` for the set-up), computed once per run by a
-  module-scoped fixture (under ``-n 2`` shared by the two workers through a file lock);
+  per component), made by ``benchmarks/cv_posteriors_references.py`` (its ``NUTS_REF``:
+  the set-up and seeds) and shipped as their summaries in
+  ``tests/data/cv_posteriors_nuts.json`` with the settings and versions that made them
+  (what :func:`check` reads of a reference: mean, sd and their MCSEs, per component);
 - posteriordb ``sblrc-blr``, ``kidiq-kidscore_momiq``, ``earnings-logearn_height``,
   ``nes1980-nes``: the reference draws (10 x 1,000 Stan draws) and PyMC models of
   ``test_reference_posteriors.py`` / ``benchmarks/models.py``.
@@ -80,8 +82,8 @@ reference sds, worst component; seconds = step set-up + sampling, references exc
     (*) batch_size 500 >= N: AustereMH is exact MH there. (b) the broken sampler of
     test_check_catches_a_sampler_that_accepts_everything.
 
-NUTS references: about 60 s (logistic), 27 s (robust_t) and 64 s (hierarchical). The
-table's tests: 146 s wall with ``-n 2`` on PyMC 5.28 (BarkerMinibatch at its
+NUTS references: about 60 s (logistic), 27 s (robust_t) and 64 s (hierarchical) each,
+once, in the script (no longer in the test run). The table's tests: 146 s wall with ``-n 2`` on PyMC 5.28 (BarkerMinibatch at its
 default three transitions per draw, so its rows/step are per draw of three tests).
 
 Hierarchical model (non-centred, group indices): AustereMH and BarkerMinibatch take
@@ -107,8 +109,8 @@ and the hierarchical model.
 
 from __future__ import annotations
 
+import json
 import math
-import os
 import time
 import warnings
 
@@ -117,6 +119,7 @@ import pytest
 
 from pymc_subsample.testing import ess, flat_draws, mcse_mean_sd, sample_stats
 from tests.conftest import (
+    REPO,
     benchmark_models,
     bernoulli_logit_draws,
     hierarchical_logistic,
@@ -152,8 +155,9 @@ def bulk_ess(x) -> float:
 def check(draws: dict, ref: dict, *, bias=BIAS, k=K, min_ess=MIN_ESS):
     """Compare sampler draws with reference draws, component by component.
 
-    ``draws`` and ``ref`` map labels (``beta[0]``, ``sigma``) to ``(chains, draws)``
-    arrays. A component passes when its bulk ESS is at least ``min_ess`` and
+    ``draws`` maps labels (``beta[0]``, ``sigma``) to ``(chains, draws)`` arrays, ``ref``
+    the same labels to the reference's summaries (:func:`reference_summary`: mean, sd and
+    their Monte Carlo standard errors). A component passes when its bulk ESS is at least ``min_ess`` and
 
         |mean - ref_mean| <= bias * ref_sd + k * sqrt(mcse_mean^2 + ref_mcse_mean^2)
         |sd - ref_sd|     <= bias * ref_sd + k * sqrt(mcse_sd^2 + ref_mcse_sd^2)
@@ -165,10 +169,10 @@ def check(draws: dict, ref: dict, *, bias=BIAS, k=K, min_ess=MIN_ESS):
     """
     rows, failures = [], []
     for label, x in draws.items():
-        r = np.asarray(ref[label], dtype=float)
+        r = ref[label]
         x = np.asarray(x, dtype=float)
-        ref_mean, ref_sd = float(r.mean()), float(r.std(ddof=1))
-        ref_mcse_m, ref_mcse_s = mcse_mean_sd(r)
+        ref_mean, ref_sd = r["mean"], r["sd"]
+        ref_mcse_m, ref_mcse_s = r["mcse_mean"], r["mcse_sd"]
         mcse_m, mcse_s = mcse_mean_sd(x)
         row = {
             "label": label,
@@ -272,101 +276,44 @@ SYNTHETIC = {
     "hierarchical_normal": lambda: non_centred_normal_model(),  # defined below
 }
 
-# NUTS references (PyMC's own sampler, 4 chains): ``mass="hessian"`` starts the chains at
-# pm.find_MAP with the inverse of pm.find_hessian as a fixed dense mass matrix (the
-# unstandardised logistic regression is ill-conditioned: NUTS from the initial point with
-# jitter left a chain stuck, adapt_full from it spends minutes in max-depth trees while
-# tuning); ``mass="adapt_full"`` adapts a dense mass matrix from the initial point (the
-# hierarchical posterior's joint mode, tau = 1.98, is far from its bulk, tau = 0.80 +- 0.14,
-# so a Hessian there is a poor mass matrix).
-NUTS_REF = {
-    "logistic": {"mass": "hessian", "tune": 500, "draws": 1_000, "seed": 31},
-    "hierarchical": {"mass": "adapt_full", "tune": 1_000, "draws": 1_000, "seed": 32},
-    "hierarchical_centred": {"mass": "adapt_full", "tune": 1_000, "draws": 1_000, "seed": 34},
-    "robust_t": {"mass": "hessian", "tune": 500, "draws": 1_000, "seed": 33},
-    # NUTS on the non-centred form diverges (14 divergences): the reference samples the
-    # centred form of the same posterior, and z = (a - mu) / tau is computed from its draws
-    "hierarchical_normal": {"mass": "adapt_full", "tune": 1_000, "draws": 1_000, "seed": 35,
-                            "centred": lambda: non_centred_normal_model(centred=True)},
-}
-REF_MIN_ESS = 400  # a reference with less is not one (RuntimeError, not a test failure)
+#: the NUTS references of the synthetic models: made by benchmarks/cv_posteriors_references.py
+#: (settings, seeds and versions recorded in the file), read by :func:`references`
+NUTS_REFERENCE_FILE = REPO / "tests" / "data" / "cv_posteriors_nuts.json"
 
 
-def _nuts_reference_draws(name: str) -> dict:
-    import pymc as pm
-
-    cfg = NUTS_REF[name]
-    model = cfg["centred"]() if "centred" in cfg else SYNTHETIC[name]()
-    with model, warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        kw = dict(draws=cfg["draws"], tune=cfg["tune"], chains=4, cores=1,
-                  random_seed=cfg["seed"], progressbar=False, compute_convergence_checks=False)
-        if cfg["mass"] == "hessian":
-            start = pm.find_MAP(progressbar=False)
-            hess = pm.find_hessian(start)
-            step = pm.NUTS(scaling=hess, is_cov=False, target_accept=0.9)
-            init = {v.name: start[v.name] for v in model.value_vars}
-            idata = pm.sample(step=step, initvals=init, **kw)
-        else:
-            idata = pm.sample(init=cfg["mass"], target_accept=0.9, **kw)
-    divergences = int(np.sum(sample_stats(idata)["diverging"].values))
-    draws = flat_draws(idata)
-    if "centred" in cfg:  # the non-centred form's z from the centred form's a
-        for j in range(sum(k.startswith("a[") for k in draws)):
-            draws[f"z[{j}]"] = (draws.pop(f"a[{j}]") - draws["mu"]) / draws["tau"]
-    low = {k: round(bulk_ess(v)) for k, v in draws.items() if bulk_ess(v) < REF_MIN_ESS}
-    if low or divergences > 4:
-        raise RuntimeError(
-            f"NUTS reference for {name} is unreliable: {divergences} divergences, "
-            f"bulk ESS below {REF_MIN_ESS}: {low}"
-        )
-    return draws
+def reference_summary(draws: dict) -> dict:
+    """What :func:`check` reads of reference draws (``label -> (chains, draws)``):
+    ``label -> {"mean", "sd", "mcse_mean", "mcse_sd"}``, the sd with ``ddof=1`` and the
+    errors from the draws' own multi-chain ESS (:func:`mcse_mean_sd`)."""
+    out = {}
+    for label, r in draws.items():
+        r = np.asarray(r, dtype=float)
+        mcse_m, mcse_s = mcse_mean_sd(r)
+        out[label] = {"mean": float(r.mean()), "sd": float(r.std(ddof=1)),
+                      "mcse_mean": mcse_m, "mcse_sd": mcse_s}
+    return out
 
 
-def _xdist_shared_dir(tmp_path_factory):
-    """Under pytest-xdist (with ``filelock``), the base temp folder shared by the workers
-    of this run, so that a NUTS reference is computed once per run instead of once per
-    worker; None otherwise."""
-    if not os.environ.get("PYTEST_XDIST_WORKER"):
-        return None
-    try:
-        import filelock  # noqa: F401
-    except ImportError:
-        return None
-    return tmp_path_factory.getbasetemp().parent
+def nuts_reference(name: str) -> dict:
+    """The shipped NUTS reference summary of the synthetic model ``name``."""
+    with open(NUTS_REFERENCE_FILE) as f:
+        return json.load(f)["models"][name]["summary"]
 
 
 @pytest.fixture(scope="module")
-def references(tmp_path_factory):
-    """``name -> (model, label -> (chains, draws) reference draws)``, each computed once
-    per module (and, under xdist, once per run: a file lock in the run's base temp
-    folder)."""
+def references():
+    """``name -> (model, label -> summary)`` (:func:`reference_summary`): the synthetic
+    models' NUTS references from :data:`NUTS_REFERENCE_FILE`, the posteriordb ones from
+    their reference draws; each built once per module."""
     cache = {}
-    shared = _xdist_shared_dir(tmp_path_factory)
 
     def get(name):
-        if name in cache:
-            return cache[name]
-        if name in SYNTHETIC:
-            if shared is None:
-                draws = _nuts_reference_draws(name)
+        if name not in cache:
+            if name in SYNTHETIC:
+                cache[name] = (SYNTHETIC[name](), nuts_reference(name))
             else:
-                import filelock
-
-                path = shared / f"cv_posteriors_ref_{name}.npz"
-                with filelock.FileLock(str(path) + ".lock"):
-                    if path.exists():
-                        with np.load(path) as f:
-                            draws = {k: f[k] for k in f.files}
-                    else:
-                        draws = _nuts_reference_draws(name)
-                        tmp = path.with_suffix(".tmp.npz")
-                        np.savez(tmp, **draws)
-                        os.replace(tmp, path)
-            cache[name] = (SYNTHETIC[name](), draws)
-        else:
-            data, ref = posteriordb_reference(name)
-            cache[name] = (M.posteriordb_model(name, data), ref.draws)
+                data, ref = posteriordb_reference(name)
+                cache[name] = (M.posteriordb_model(name, data), reference_summary(ref.draws))
         return cache[name]
 
     return get
@@ -572,3 +519,29 @@ def test_scalable_mh_non_centred_hierarchical_is_exact(broken, name, references,
     assert used.max() <= n
     assert used.mean() < 0.05 * n, line
     assert not failures, f"{line}\n{failures} outside {K} MCSE or ESS < {MIN_ESS}:\n{report(rows)}"
+
+
+def test_shipped_nuts_references_are_those_of_the_script():
+    """The shipped file holds one reference per synthetic model, made with the settings
+    that ``benchmarks/cv_posteriors_references.py`` states (a changed seed, draw count or
+    mass matrix there must be followed by a regenerated file), and each passed the
+    script's reliability check (divergences, bulk ESS of every component)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "cv_posteriors_references", REPO / "benchmarks" / "cv_posteriors_references.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    with open(NUTS_REFERENCE_FILE) as f:
+        doc = json.load(f)
+    assert doc["generated_by"] == "benchmarks/cv_posteriors_references.py"
+    assert set(doc["models"]) == set(script.NUTS_REF) == set(SYNTHETIC)
+    for name, entry in doc["models"].items():
+        want = {"sampler": "PyMC NUTS (pm.sample)", "chains": script.CHAINS, "cores": 1,
+                "target_accept": script.TARGET_ACCEPT, **script.NUTS_REF[name]}
+        assert entry["settings"] == want, name
+        assert {"python", "pymc", "pytensor", "arviz", "numpy"} <= set(entry["versions"])
+        assert entry["divergences"] <= script.MAX_DIVERGENCES, name
+        for label, row in entry["summary"].items():
+            assert row["bulk_ess"] >= script.REF_MIN_ESS, (name, label)
+            assert row["sd"] > 0 and row["mcse_mean"] > 0 and row["mcse_sd"] > 0, (name, label)
