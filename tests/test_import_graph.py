@@ -57,20 +57,26 @@ def _resolve(module: str, node: ast.ImportFrom, modules: dict) -> str:
 
 
 def _targets(module: str, node, modules: dict) -> set:
-    """Modules of the package that the import statement ``node`` runs."""
-    names = set()
+    """Modules of the package that the import statement ``node`` in ``module`` runs: the
+    modules it names and the packages above them, except the packages that contain
+    ``module`` (already being imported when it runs) unless it names them itself (reads
+    a name from their ``__init__``)."""
     if isinstance(node, ast.Import):
-        names = {a.name for a in node.names}
+        named = {a.name for a in node.names}
     else:
         base = _resolve(module, node, modules)
-        names = {base}
-        names |= {f"{base}.{a.name}" for a in node.names if f"{base}.{a.name}" in modules}
+        named = {f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base
+                 for a in node.names}
+    parents = {".".join(module.split(".")[:k]) for k in range(1, module.count(".") + 1)}
+    if _is_package(module, modules):
+        parents.add(module)
     out = set()
-    for name in names:
+    for name in named:
         parts = name.split(".")
         for k in range(1, len(parts) + 1):  # a.b.c runs a, a.b and a.b.c
             prefix = ".".join(parts[:k])
-            if prefix in modules and prefix != module:
+            if prefix in modules and prefix != module and (
+                    prefix == name or prefix not in parents):
                 out.add(prefix)
     return out
 
@@ -167,6 +173,9 @@ def _write(root: Path, files: dict):
     ({"pkg/__init__.py": "", "pkg/a.py": "from .b import f\n",
       "pkg/b.py": "def f():\n    from . import a\n"}, False),  # function level: allowed
     ({"pkg/__init__.py": "from .a import X\n", "pkg/a.py": "X = 1\n"}, False),
+    # a submodule importing a sibling does not import its (half-initialised) package
+    ({"pkg/__init__.py": "from .a import X\n", "pkg/a.py": "from .b import Y\nX = Y\n",
+      "pkg/b.py": "Y = 2\n"}, False),
     ({"pkg/__init__.py": "from .a import X\n", "pkg/a.py": "from . import Y\n"}, True),
 ])
 def test_the_cycle_finder_finds_circles(tmp_path, files, cycle):
