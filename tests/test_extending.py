@@ -3,9 +3,9 @@ its ``_decide``) plus one registry line, a new proposal one module (a Proposal s
 plus one line in ``proposals.REGISTRY``, and a new control variate a ControlVariate
 subclass of a few lines handed to ``control_variate=``, and a GLM family for ScalableMH's
 bounds one module (a GLMFamily subclass) plus one registry line. This checks all four
-(the first three on a conjugate model whose posterior is known exactly; the family on an Exponential
-regression against quadrature): the draws must match, and the same check catches a step
-that accepts every proposal and a control variate whose sum is wrong."""
+(the first three on a conjugate model whose posterior is known exactly; the family on
+an Exponential regression against quadrature): the draws must match, and the same check
+catches a step that accepts every proposal and a control variate whose sum is wrong."""
 
 from __future__ import annotations
 
