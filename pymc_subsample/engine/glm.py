@@ -42,8 +42,8 @@ try:  # PyTensor >= 2.31 moved graph traversal helpers
 except ImportError:  # pragma: no cover - older PyTensor
     from pytensor.graph.basic import ancestors, graph_inputs
 
-__all__ = ["AmbiguousFamilies", "GLMSpec", "LINKS", "detect_glm", "detect_glms", "glm_psi", "chunk_psi",
-           "two_param_chunk_psi", "eta_is_affine", "register_link", "SUPPORTED_TEXT"]
+__all__ = ["AmbiguousFamilies", "GLMSpec", "LINKS", "detect_glm", "detect_glms", "glm_psi",
+           "chunk_psi", "two_param_chunk_psi", "eta_is_affine", "register_link", "SUPPORTED_TEXT"]
 
 
 def __getattr__(name):

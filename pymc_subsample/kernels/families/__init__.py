@@ -37,8 +37,8 @@ location-scale partials, per-row boxes), :mod:`.messages` (the refusal text), on
 per family or close group (:mod:`.bernoulli`, :mod:`.location`, :mod:`.counts`,
 :mod:`.zeroinflated_poisson`, :mod:`.censored`, :mod:`.zinb`, :mod:`.zinb_alpha`,
 :mod:`.zinb_both`, :mod:`.student_nu`), and the registry here. A new family is one
-module and one line of :data:`_BUILTIN` (or a :func:`register` call of one's own). :mod:`~pymc_subsample.kernels.bounds`,
-:mod:`~pymc_subsample.kernels.region` and :mod:`~pymc_subsample.kernels.predictor` keep
+module and one line of :data:`_BUILTIN` (or a :func:`register` call of one's own).
+:mod:`~pymc_subsample.kernels.bounds`, :mod:`~pymc_subsample.kernels.region` and :mod:`~pymc_subsample.kernels.predictor` keep
 their functions taking a family name and dispatch here.
 
 Nothing here imports PyMC or PyTensor.
