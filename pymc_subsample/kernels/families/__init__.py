@@ -38,14 +38,16 @@ per family or close group (:mod:`.bernoulli`, :mod:`.location`, :mod:`.counts`,
 :mod:`.zeroinflated_poisson`, :mod:`.censored`, :mod:`.zinb`, :mod:`.zinb_alpha`,
 :mod:`.zinb_both`, :mod:`.student_nu`), and the registry here. A new family is one
 module and one line of :data:`_BUILTIN` (or a :func:`register` call of one's own).
-:mod:`~pymc_subsample.kernels.bounds`, :mod:`~pymc_subsample.kernels.region` and :mod:`~pymc_subsample.kernels.predictor` keep
-their functions taking a family name and dispatch here.
+:mod:`~pymc_subsample.kernels.bounds`, :mod:`~pymc_subsample.kernels.region` and
+:mod:`~pymc_subsample.kernels.predictor` keep their functions taking a family name and
+dispatch here.
 
 Nothing here imports PyMC or PyTensor.
 """
 
 from __future__ import annotations
 
+from .._validation import InvalidParameterError
 from .base import FamilyCapabilityError, GLMFamily
 from .bernoulli import BernoulliLogit, BernoulliProbit
 from .censored import CensoredNormal, CensoredNormalScale
@@ -89,7 +91,10 @@ def register(family, *, replace: bool = False):
     """Add ``family`` (a :class:`GLMFamily` instance or subclass) to :data:`FAMILIES`.
 
     Returns its argument, so that it serves as a class decorator. Raises ValueError when
-    the name or an alias is taken (unless ``replace``) or the family provides no bound.
+    the name or an alias is taken (unless ``replace``) or the family provides no bound,
+    and :class:`~pymc_subsample.kernels._validation.InvalidParameterError` (a ValueError)
+    when its requirements contradict themselves or would let it match the same models as
+    a registered family (:func:`overlapping`: no order decides between families).
     """
     fam = family() if isinstance(family, type) else family
     if not isinstance(fam, GLMFamily):
@@ -111,7 +116,7 @@ def register(family, *, replace: bool = False):
                          "replaces a family of the same name).")
     clash = [n for n, f in FAMILIES.items() if n != fam.name and overlapping(fam, f)]
     if clash:
-        raise ValueError(
+        raise InvalidParameterError(
             f"GLM family {fam.name!r} would match the same models as {clash[0]!r} "
             f"({fam.distribution}, link {fam.link!r}): give one of them a parameter it "
             "needs fixed (fixed_params) that the other needs free (free_params).")
@@ -134,8 +139,8 @@ def _check_parameters(fam: GLMFamily) -> None:
                          f"dist_params {fam.dist_params}.")
     both = sorted(set(fam.fixed_params) & set(fam.free_params))
     if both:
-        raise ValueError(f"GLM family {fam.name!r}: parameters {both} are required both "
-                         "fixed and free.")
+        raise InvalidParameterError(f"GLM family {fam.name!r}: parameters {both} are "
+                                    "required both fixed and free.")
 
 
 def unregister(name: str) -> GLMFamily:
