@@ -1,11 +1,13 @@
 """docs/architecture.md says a new step method is one module (an MHStep subclass with
 its ``_decide``) plus one line in ``steps.REGISTRY``, a new proposal one module (a
-Proposal subclass) plus one line in ``proposals.REGISTRY``, and a new control variate a
-ControlVariate subclass of a few lines handed to ``control_variate=``. This checks all
-three, on a conjugate model whose posterior is known exactly: the draws must match it,
-and the same check catches a step that accepts every proposal and a control variate
-whose sum is wrong. A registered step passes ``check_step`` through the common test with
-no edit to it, and ``check_step`` fails a step with one of three plausible bugs."""
+Proposal subclass) plus one line in ``proposals.REGISTRY``, a new control variate a
+ControlVariate subclass of a few lines handed to ``control_variate=``, and a GLM family
+for ScalableMH's bounds one module (a GLMFamily subclass) plus one registry line. This
+checks all four (the first three on a conjugate model whose posterior is known exactly;
+the family on an Exponential regression against quadrature): the draws must match, and
+the same check catches a step that accepts every proposal and a control variate whose sum
+is wrong. A registered step passes ``check_step`` through the common test with no edit to
+it, and ``check_step`` fails a step with one of three plausible bugs."""
 
 from __future__ import annotations
 
@@ -196,3 +198,81 @@ def test_check_step_fails_a_broken_step(name):
                       refusals=(refusal or {"steps_per_draw": 0},))
     with pytest.raises(AssertionError, match=finding):
         check_step(entry)
+
+
+_FAMILY_MODULE = '''"""A new GLM family: y ~ Exponential(mean = exp(eta)), region bounds only."""
+import numpy as np
+
+from pymc_subsample.kernels.families.base import GLMFamily
+
+
+class ExponentialMean(GLMFamily):
+    name, label = "exponential_mean", "Exponential"
+    description = "pm.Exponential(scale=pm.math.exp(eta))"
+    distribution, dist_params = "ExponentialRV", ("scale",)
+    link, link_param = "log", "scale"
+    needs_y = True
+
+    def local_sup(self, m, lo, hi, *, y=None, **params):
+        return y * np.exp(-lo)  # both derivatives: y e^-eta, decreasing
+
+    def row_loglik(self, eta, y, params, derivatives=2):
+        w = y * np.exp(-eta)
+        return (-eta - w, w - 1.0, -w)
+'''
+
+
+def test_the_built_in_families_are_one_module_and_one_registry_line_each():
+    """Every built-in family is a class in a module of ``kernels/families/`` and one line
+    of ``_BUILTIN`` in its ``__init__``; no other module registers (or reorders) the
+    registry, so that adding one is a module and a line."""
+    import ast
+    from pathlib import Path
+
+    from pymc_subsample.kernels import families
+
+    root = Path(families.__file__).parent
+    tree = ast.parse((root / "__init__.py").read_text())
+    builtin = next(n.value for n in tree.body if isinstance(n, ast.Assign)
+                   and getattr(n.targets[0], "id", "") == "_BUILTIN")
+    listed = [e.id for e in builtin.elts]
+    assert len(listed) == len(set(listed))
+    assert [type(f).__name__ for f in families.FAMILIES.values()] == listed
+    for cls in families._BUILTIN:
+        assert cls.__module__.startswith("pymc_subsample.kernels.families.")
+    for path in root.glob("*.py"):
+        if path.name == "__init__.py":
+            continue
+        calls = {n.func.id for n in ast.walk(ast.parse(path.read_text()))
+                 if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
+        assert not calls & {"register", "unregister"}, path.name
+
+
+def test_a_new_glm_family_is_one_module_plus_a_registry_line(tmp_path, monkeypatch):
+    """The "one new module" of a family, written to a file and imported, plus the one
+    registry line: ScalableMH's ``bounds='auto'`` then recognises the model by that
+    family alone and samples its posterior (quadrature reference)."""
+    import importlib.util
+
+    import pymc_subsample as pms
+    from pymc_subsample.engine import glm
+    from pymc_subsample.kernels import families
+    from tests.kernels.test_families import Problem, _assert_exact
+
+    path = tmp_path / "exponential_mean.py"
+    path.write_text(_FAMILY_MODULE)
+    spec = importlib.util.spec_from_file_location("exponential_mean", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    monkeypatch.setattr(families, "FAMILIES", dict(families.FAMILIES))  # restored after
+    monkeypatch.setattr(glm, "FAMILIES", families.FAMILIES)
+    monkeypatch.setattr(families, "_ALIASES", dict(families._ALIASES))
+
+    families.register(module.ExponentialMean)  # the registry line
+
+    problem = Problem()
+    assert glm.detect_glm(problem.model).family == "exponential_mean"
+    assert "exponential_mean: pm.Exponential" in glm.SUPPORTED_TEXT
+    with problem.model:
+        step = pms.ScalableMH()
+    _assert_exact(problem, step, draws=1500)

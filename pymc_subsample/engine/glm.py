@@ -16,9 +16,10 @@ rounding, covered by a relative margin).
 
 The families are those of the registry :mod:`pymc_subsample.kernels.families`: each
 declares, in plain strings, the PyMC distribution op it matches, its parameters and the
-link reader of :data:`LINKS` that finds ``eta``; :func:`detect_glm` tries them in order,
-and the numbers (suprema, row terms) are the family's methods. Only the graph work is
-here.
+link reader of :data:`LINKS` that finds ``eta``, and what must be fixed or free;
+:func:`detect_glm` takes the one family that matches (two matching is an error of the
+registry, not a choice by order), and the numbers (suprema, row terms) are the family's
+methods. Only the graph work is here.
 """
 
 from __future__ import annotations
@@ -41,8 +42,8 @@ try:  # PyTensor >= 2.31 moved graph traversal helpers
 except ImportError:  # pragma: no cover - older PyTensor
     from pytensor.graph.basic import ancestors, graph_inputs
 
-__all__ = ["GLMSpec", "LINKS", "detect_glm", "detect_glms", "glm_psi", "chunk_psi",
-           "two_param_chunk_psi", "eta_is_affine", "register_link", "SUPPORTED_TEXT"]
+__all__ = ["AmbiguousFamilies", "GLMSpec", "LINKS", "detect_glm", "detect_glms", "glm_psi",
+           "chunk_psi", "two_param_chunk_psi", "eta_is_affine", "register_link", "SUPPORTED_TEXT"]
 
 
 def __getattr__(name):
@@ -336,20 +337,17 @@ def register_link(name: str, reader) -> None:
     LINKS[name] = reader
 
 
+def _free_refusal(name, obs) -> ValueError:
+    """The refusal of a parameter that must be fixed and depends on a free variable."""
+    return ValueError(auto_refusal(
+        f"the {name} of observed '{obs}' depends on a free variable; its bounds need "
+        "it fixed (give it a fixed value)."))
+
+
 def _fixed_value(var, name, obs, model):
     if not _is_fixed(var, model):
-        raise ValueError(auto_refusal(
-            f"the {name} of observed '{obs}' depends on a free variable; its bounds need "
-            "it fixed (give it a fixed value)."))
+        raise _free_refusal(name, obs)
     return np.asarray(var.eval(), dtype=np.float64)
-
-
-def _selected(family, params, model) -> bool:
-    """Whether ``family``'s selector (a parameter fixed, or free) holds."""
-    if family.selector is None:
-        return True
-    param, fixed = family.selector
-    return _is_fixed(params[param], model) == fixed
 
 
 def _match(family, params, rv, model):
@@ -364,15 +362,68 @@ def _match(family, params, rv, model):
     log_scale = _second_coordinate(family, params, rv.name, model, values)
     # further row coordinates (a sampled Student-t nu: t = log(nu - c))
     extra = tuple(_shifted_log(params[p], p, rv.name, model, values)
-                  for p in getattr(family, "extra_coords", ()))
+                  for p in family.extra_coords)
     return GLMSpec(family.name, rv.name, eta, values, log_scale, extra)
+
+
+class AmbiguousFamilies(RuntimeError):
+    """Two registered GLM families both match one model: an error of the registry (each
+    family's :attr:`~pymc_subsample.kernels.families.GLMFamily.requirements` must tell it
+    apart from the others of its distribution), never resolved by registration order."""
+
+
+def _candidates(model, rv, values):
+    """``(family, params, unmet, eta)`` for each registered family of ``rv``'s op whose
+    parameter reader matches: its unmet requirements
+    (:meth:`~pymc_subsample.kernels.families.GLMFamily.unmet`) and its link's ``eta``
+    (None when the link does not match)."""
+    op_name = type(rv.owner.op).__name__
+    out = []
+    for family in [f for f in FAMILIES.values() if f.distribution == op_name]:
+        params = _family_params(family, values)
+        if params is None:
+            continue
+        unmet = family.unmet(lambda p, params=params: _is_fixed(params[p], model))
+        out.append((family, params, unmet, LINKS[family.link](params, family)))
+    return out
+
+
+def _refusal(rv, candidates):
+    """The ValueError for a model no family matches, from the closest families (fewest
+    unmet requirements): one whose link matches names its first unmet requirement (a
+    parameter that must be fixed, raised by :func:`_fixed_value`); else the links the
+    closest families expected."""
+    if not candidates:
+        op = rv.owner.op
+        return ValueError(auto_refusal(
+            f"it does not know the likelihood of observed '{rv.name}' "
+            f"({type(op).__name__})."))
+    fewest = min(len(c[2]) for c in candidates)
+    closest = [c for c in candidates if len(c[2]) == fewest]
+    linked = [c for c in closest if c[3] is not None]
+    if linked:
+        family, _, unmet, _ = linked[0]
+        param, need = unmet[0]
+        label = family.param_label(param)
+        if need == "fixed":
+            return _free_refusal(label, rv.name)
+        return ValueError(auto_refusal(
+            f"the {label} of observed '{rv.name}' is fixed; its family ({family.name}) "
+            "needs it to depend on a free variable."))
+    hints = [c[0].link_hint or f"a {c[0].link} link" for c in closest]
+    links = (f"not with {hints[0]}" if len(hints) == 1
+             else "neither with " + " nor with ".join(hints))
+    return ValueError(auto_refusal(f"observed '{rv.name}' is {closest[0][0].label} but {links}."))
 
 
 def detect_glm(model, observed=None) -> GLMSpec:
     """Find the GLM structure of the model's likelihood, or raise a ValueError saying why.
 
-    The registered families (:data:`pymc_subsample.kernels.families.FAMILIES`) whose
-    ``distribution`` is the observed variable's op are tried in registration order.
+    Of the registered families (:data:`pymc_subsample.kernels.families.FAMILIES`) whose
+    ``distribution`` is the observed variable's op, exactly one may match: its
+    parameter reader and link reader match the graph and its requirements (what must be
+    fixed, what free) hold. Two matching raise :class:`AmbiguousFamilies`; none, a
+    ValueError naming what the closest family needs (:func:`_refusal`).
 
     Parameters
     ----------
@@ -393,34 +444,16 @@ def detect_glm(model, observed=None) -> GLMSpec:
     rv = obs[0]
     op = rv.owner.op
     values = op.dist_params(rv.owner) if hasattr(op, "dist_params") else rv.owner.inputs[3:]
-    spec, tried, deferred = None, [], None
-    for family in [f for f in FAMILIES.values() if f.distribution == type(op).__name__]:
-        params = _family_params(family, values)
-        if params is None or not _selected(family, params, model):
-            continue
-        if not all(_is_fixed(params[p], model) for p in family.fixed_params):
-            # a parameter it needs fixed is free: a later family may sample it (Student-t
-            # with nu unknown); if none does, the first such family's refusal names it
-            deferred = deferred or (family, params)
-            continue
-        spec = _match(family, params, rv, model)
-        if spec is not None:
-            break
-        tried.append(family)  # its link did not match
-    if spec is None and deferred is not None:
-        spec = _match(*deferred, rv, model)  # raises for the free parameter
-        if spec is None:
-            tried.insert(0, deferred[0])
-    if spec is None:
-        if not tried:
-            raise ValueError(auto_refusal(
-                f"it does not know the likelihood of observed '{rv.name}' "
-                f"({type(op).__name__})."))
-        hints = [f.link_hint or f"a {f.link} link" for f in tried]
-        links = (f"not with {hints[0]}" if len(hints) == 1
-                 else "neither with " + " nor with ".join(hints))
-        raise ValueError(auto_refusal(
-            f"observed '{rv.name}' is {tried[0].label} but {links}."))
+    candidates = _candidates(model, rv, values)
+    matches = [c for c in candidates if not c[2] and c[3] is not None]
+    if len(matches) > 1:
+        raise AmbiguousFamilies(
+            f"GLM families {[c[0].name for c in matches]} all match observed '{rv.name}': "
+            "the registry needs each family of a distribution to require a parameter "
+            "fixed or free that tells it apart (GLMFamily.fixed_params / free_params).")
+    if not matches:
+        raise _refusal(rv, candidates)
+    spec = _match(matches[0][0], matches[0][1], rv, model)
     spec.eta = model.replace_rvs_by_values([spec.eta])[0]
     if spec.log_scale is not None:
         spec.log_scale = model.replace_rvs_by_values([spec.log_scale])[0]
@@ -547,7 +580,7 @@ def _two_param_psi(engine, spec, order, q_hat, chunk, whiten, radius):
     if spec.glm_family.scale_transform == "log_shifted":
         names[1] = f"log {spec.glm_family.param_label(spec.glm_family.scale_param)}"
     names += [f"log {spec.glm_family.param_label(p)}"
-              for p in getattr(spec.glm_family, "extra_coords", ())]
+              for p in spec.glm_family.extra_coords]
     for k, what in enumerate(names):
         _require_affine(engine, lambda q, *data, k=k: values(q, data)[k], q_hat, what, spec)
     nu = _one_nu(spec)

@@ -29,6 +29,7 @@ import math
 import numpy as np
 
 from .families import family_names, require
+from .families.partials import multi_indices
 from .interval import Interval
 
 __all__ = ["REGION_FAMILIES", "TWO_PARAM_FAMILIES", "local_sup", "local_sup2", "local_supd",
@@ -256,15 +257,6 @@ def _pieces_for(widths):
 
 
 @functools.lru_cache(maxsize=None)
-def multi_indices(m: int, d: int) -> tuple:
-    """The multi-indices ``j = (j_1, ..., j_d)``, ``j_k >= 0``, ``|j| = m``, in ascending
-    lexicographic order: the order of the columns of :func:`local_supd`. For ``d = 2``
-    they are ``(0, m), (1, m - 1), ..., (m, 0)``: column ``j`` is the partial with ``j``
-    derivatives in the first coordinate, the order of
-    :meth:`~pymc_subsample.kernels.families.GLMFamily.box_partials`."""
-    return tuple(j for j in itertools.product(range(m + 1), repeat=d) if sum(j) == m)
-
-
 def _multinomial(j) -> int:
     out, rest = 1, 0
     for jk in j:
@@ -322,9 +314,8 @@ def local_supd(family, m: int, lows, highs, *, y, nu=None, pieces=None,
         raise ValueError(f"pieces must be {d} positive integers, got {pieces!r}.")
     fam = require(family, "box_bound",
                   "local_supd: unknown family {family!r}; supported: {supported}.")
-    n_coords = int(getattr(fam, "n_coords", 2))
-    if n_coords != d:
-        raise ValueError(f"local_supd: family {fam.name!r} has {n_coords} row coordinates, "
+    if fam.n_coords != d:
+        raise ValueError(f"local_supd: family {fam.name!r} has {fam.n_coords} row coordinates, "
                          f"got a box of {d}.")
     if nu is not None:
         params["nu"] = nu
@@ -337,10 +328,7 @@ def local_supd(family, m: int, lows, highs, *, y, nu=None, pieces=None,
             a = lo + (hi - lo) * (i / p)
             b = hi if i == p - 1 else lo + (hi - lo) * ((i + 1) / p)
             boxes.append(Interval(a, b))
-        if d == 2 and not hasattr(fam, "box_partials_d"):
-            parts = fam.box_partials(m, boxes[0], boxes[1], y, **params)
-        else:
-            parts = fam.box_partials_d(m, boxes, y, **params)
+        parts = fam.box_partials_d(m, boxes, y, **params)
         n = np.broadcast(*(bx.lo for bx in boxes), y).shape
         part = np.column_stack([np.broadcast_to(p.abs_sup(), n) for p in parts])
         if part.shape[1] != len(multi_indices(m, d)):

@@ -18,7 +18,8 @@ from scipy import stats
 from scipy.special import log_ndtr
 
 from pymc_subsample.kernels import families
-from pymc_subsample.kernels.families import PROBIT_PEAK3, _logphi_enclosure, get_family
+from pymc_subsample.kernels.families import PROBIT_PEAK3, get_family
+from pymc_subsample.kernels.families.partials import _PROBIT_SUP3, _logphi_enclosure
 from pymc_subsample.kernels.interval import Interval
 from pymc_subsample.kernels.region import local_sup, local_sup2
 
@@ -92,7 +93,7 @@ def test_logphi_shapes_the_bounds_rest_on():
     assert np.all(g3[t < 37.0] > 0)
     rise, fall = t <= PROBIT_PEAK3, t >= PROBIT_PEAK3
     assert np.all(np.diff(g3[rise]) >= 0) and np.all(np.diff(g3[fall]) <= 0)
-    assert g3.max() <= families._PROBIT_SUP3 <= g3.max() * (1 + 2e-6)
+    assert g3.max() <= _PROBIT_SUP3 <= g3.max() * (1 + 2e-6)
 
 
 @pytest.mark.parametrize("k", [1, 2, 3])
@@ -184,7 +185,7 @@ def test_global_sup_bounds_every_row_type_and_is_attained(sigma):
     J = np.array([[1.0, 0.5], [2.0, -1.0]])
     psi = predictor_constants("censored_normal", 2, J, np.zeros(2), sigma=sigma,
                               lower=lower, upper=upper)
-    np.testing.assert_allclose(psi, families._PROBIT_SUP3 * (np.abs(J).max(1) / sigma) ** 3,
+    np.testing.assert_allclose(psi, _PROBIT_SUP3 * (np.abs(J).max(1) / sigma) ** 3,
                                rtol=1e-6)
 
 
@@ -352,4 +353,4 @@ def test_families_are_registered_and_listed():
     assert "censored_normal:" in text and "censored_normal_scale:" in text
     with pytest.raises(TypeError, match="need y"):
         local_sup("censored_normal", 2, np.zeros(2), np.ones(2), sigma=1.0, lower=0.0)
-    assert math.isfinite(families._PROBIT_SUP3)
+    assert math.isfinite(_PROBIT_SUP3)

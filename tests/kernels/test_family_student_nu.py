@@ -1,4 +1,4 @@
-"""Student-t rows with an unknown ``nu`` (:mod:`pymc_subsample.kernels.family_student_nu`)
+"""Student-t rows with an unknown ``nu`` (:mod:`pymc_subsample.kernels.families.student_nu`)
 and the d-coordinate path bound (:func:`pymc_subsample.kernels.region.local_supd`,
 :func:`~pymc_subsample.kernels.region.path_constant_d`), checked against PyTensor's
 autodiff of the row log density (itself checked against ``pm.logp`` of
@@ -119,7 +119,13 @@ def test_families_are_registered():
     assert not fam.predictor_coordinates and not fam.global_bound
     fixed = get_family("student_t_nu_fixed_scale")
     assert fixed.two_param and fixed.box_bound and fixed.scale_param == "nu"
-    assert list(FAMILIES).index("student_t") < list(FAMILIES).index("student_t_nu")
+    assert fam.requirements == {"sigma": "free", "nu": "free"}
+    assert fixed.requirements == {"sigma": "fixed", "nu": "free"}
+    # the four Student-t families split nu x sigma, fixed or free
+    reqs = {tuple(sorted(FAMILIES[n].requirements.items())) for n in FAMILIES
+            if FAMILIES[n].distribution == "StudentTRV"}
+    assert reqs == {(("nu", a), ("sigma", b)) for a in ("fixed", "free")
+                    for b in ("fixed", "free")}
 
 
 @pytest.mark.parametrize("m", [2, 3])

@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 from pymc_subsample.kernels.families import FAMILIES, get_family
-from pymc_subsample.kernels.family_zinb_alpha import (
+from pymc_subsample.kernels.families.zinb_alpha import (
     ZeroInflatedNegBinomialAlpha,
     softplus_minus_sigmoid,
 )
@@ -103,17 +103,16 @@ def _slack(G, y):
     return np.where(zero, 1e-8 * G + 1e-10, 1e-6 * G.max(axis=1, keepdims=True))
 
 
-def test_family_is_registered_with_its_recognition_order():
+def test_family_is_registered_with_its_requirements():
     fam = get_family("zinb_alpha")
     assert isinstance(fam, ZeroInflatedNegBinomialAlpha) and fam.name == NAME
     assert fam.two_param and fam.box_bound and not fam.global_bound
     assert not fam.predictor_coordinates and fam.scale_transform == "log"
-    assert fam.fixed_params == ("psi",) and fam.selector == ("n", False)
-    order = list(FAMILIES)
-    # the fixed-alpha family (selected by psi fixed) comes after this one (alpha free):
-    # else it would refuse a sampled alpha before this one is tried
-    assert order.index("zeroinflated_negbinomial_logit") < order.index(NAME)
-    assert order.index(NAME) < order.index("zeroinflated_negbinomial_log")
+    assert fam.requirements == {"psi": "fixed", "n": "free"}
+    # the four zero-inflated NegativeBinomial families split psi x alpha, fixed or free
+    zinb = {n: FAMILIES[n].requirements for n in FAMILIES if n.startswith("zeroinflated_neg")}
+    assert sorted(tuple(sorted(r.items())) for r in zinb.values()) == sorted(
+        ((("n", a), ("psi", b)) for a in ("fixed", "free") for b in ("fixed", "free")))
     assert get_family("zinb").name == "zeroinflated_negbinomial_log"
 
 

@@ -17,8 +17,8 @@ With ``mu = e^eta``, ``a = e^s``, ``r = logit psi`` (a constant), ``x = eta - s`
 * zero rows: ``l = softplus(r + g) - softplus(r)`` with
   ``g = log p0 = -a log(1 + mu / a) = -a softplus(x)``.
 
-Nothing here imports PyMC or PyTensor. Importing this module registers the family (the
-last line of :mod:`pymc_subsample.kernels.families` imports it).
+Nothing here imports PyMC or PyTensor. The family is registered in
+:mod:`pymc_subsample.kernels.families` (its ``__init__``).
 """
 
 from __future__ import annotations
@@ -26,16 +26,10 @@ from __future__ import annotations
 import numpy as np
 from scipy.special import expit
 
-from .families import (
-    GLMFamily,
-    NegBinomialLog,
-    _logit_psi,
-    _per_row_box,
-    _rows_where,
-    register,
-    unregister,
-)
-from .interval import Interval
+from ..interval import Interval
+from .base import GLMFamily
+from .counts import NegBinomialLog
+from .partials import _logit_psi, _per_row_box, _rows_where
 
 __all__ = ["ZeroInflatedNegBinomialAlpha", "softplus_minus_sigmoid"]
 
@@ -148,7 +142,7 @@ class ZeroInflatedNegBinomialAlpha(GLMFamily):
     ``(eta, s = log alpha)``. Count rows have the partials of
     :class:`~pymc_subsample.kernels.families.NegBinomialLog`, zero rows those of
     :func:`zinb_alpha_zero_partials` (module docstring; docs/engine.md). With ``psi``
-    sampled too (three row coordinates): :mod:`~pymc_subsample.kernels.family_zinb_both`."""
+    sampled too (three row coordinates): :mod:`~pymc_subsample.kernels.families.zinb_both`."""
 
     name = "zeroinflated_negbinomial_alpha"
     aliases = ("zinb_alpha",)
@@ -164,7 +158,7 @@ class ZeroInflatedNegBinomialAlpha(GLMFamily):
     link_hint = "a log link (use mu=pm.math.exp(eta))"
     fixed_params = ("psi",)
     scale_param = "n"
-    selector = ("n", False)
+    free_params = ("n",)
     needs_y = True
     support = "count"  # the non-negative integers (GLMFamily.support, where declared)
     unbounded = "the derivatives in the log shape are unbounded"
@@ -186,11 +180,3 @@ class ZeroInflatedNegBinomialAlpha(GLMFamily):
         parts = zinb_alpha_zero_partials(m, E, S, np.broadcast_to(r, n))
         return [_rows_where(zero, a, b) for a, b in zip(parts, count)]
 
-
-register(ZeroInflatedNegBinomialAlpha)
-# Recognition tries a distribution's families in registration order and the first whose
-# selector holds must match or refuse: the fixed-alpha family (selected by psi fixed)
-# would refuse a sampled alpha, so it is moved after this one (selected by alpha free).
-# With psi sampled too, the logit family and this one defer (their fixed parameter is
-# free) to zeroinflated_negbinomial_both (three row coordinates), registered after them.
-register(unregister("zeroinflated_negbinomial_log"))

@@ -25,7 +25,7 @@ Derivation. With ``mu = e^eta``, ``a = e^s``, ``P = sigmoid(r)`` (= psi), ``Q = 
   :meth:`~pymc_subsample.kernels.families.NegBinomialLog.box_partials`.
 * zero rows: ``l = softplus(z) - softplus(r)``, ``z = r + g(eta, s)``, with
   ``g = log p(0) = -a softplus(eta - s)`` and its partials in ``(eta, s)`` to order 3
-  from :func:`pymc_subsample.kernels.family_zinb_alpha._log_p0_partials`. Treat ``r`` as
+  from :func:`pymc_subsample.kernels.families.zinb_alpha._log_p0_partials`. Treat ``r`` as
   a third coordinate of ``z``: ``z_r = 1`` and every higher partial of ``z`` involving
   ``r`` is 0. With ``W = sigmoid(z)``, ``V = 1 - W`` (``softplus' = W``, ``W' = W V``,
   ``(W V)' = W V (V - W)``), Faa di Bruno's formula gives, for coordinates ``i, j, k``,
@@ -37,7 +37,7 @@ Derivation. With ``mu = e^eta``, ``a = e^s``, ``P = sigmoid(r)`` (= psi), ``Q = 
   i.e. ``l_rr = W V - P Q``, ``l_re = W V g_e``, ``l_rs = W V g_s``,
   ``l_rrr = W V (V - W) - P Q (Q - P)``, ``l_rre = W V (V - W) g_e``,
   ``l_res = W V (V - W) g_e g_s + W V g_es``, ... and, without ``r``, the partials of
-  :func:`pymc_subsample.kernels.family_zinb_alpha.zinb_alpha_zero_partials` (psi fixed);
+  :func:`pymc_subsample.kernels.families.zinb_alpha.zinb_alpha_zero_partials` (psi fixed);
   with ``s`` fixed they are those of the fixed-shape family
   (:class:`~pymc_subsample.kernels.families.ZeroInflatedNegBinomialLogit`).
 
@@ -50,15 +50,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from .families import (
-    GLMFamily,
-    NegBinomialLog,
-    _rows_where,
-    auto_refusal,
-    register,
-)
-from .family_zinb_alpha import _log_p0_partials
-from .interval import Interval
+from ..interval import Interval
+from .base import GLMFamily
+from .counts import NegBinomialLog
+from .messages import auto_refusal
+from .partials import _rows_where, multi_indices
+from .zinb_alpha import _log_p0_partials
 
 __all__ = ["ZeroInflatedNegBinomialBoth", "zinb_both_partials"]
 
@@ -101,8 +98,6 @@ def _sum(terms, shape):
 def _zero_row_partials(m: int, E: Interval, R: Interval, S: Interval) -> list:
     """Enclosures of the m-th partials of a zero row over ``E x R x S`` in the order of
     ``multi_indices(m, 3)`` (module docstring: Faa di Bruno for ``softplus(r + g)``)."""
-    from .region import multi_indices
-
     g, d = _log_p0_partials(E, S)
     Z = R + g
     W, V = Z.expit(), (-Z).expit()
@@ -137,8 +132,6 @@ def _count_row_partials(m: int, E: Interval, R: Interval, S: Interval, y) -> lis
     """Enclosures of the m-th partials of a count row, ``log sigmoid(r) + NB(y | e^eta,
     e^s)``, in the order of ``multi_indices(m, 3)``: the NegativeBinomial's partials in
     ``(eta, s)``, ``log sigmoid``'s in ``r`` and 0 for the mixed ones."""
-    from .region import multi_indices
-
     nb = _NB.box_partials(m, E, S, y)  # d^m / d eta^j ds^(m-j), j = 0..m
     P, Q = R.expit(), (-R).expit()
     pure_r = -(P * Q) if m == 2 else -(P * Q * (Q - P))
@@ -197,10 +190,10 @@ class ZeroInflatedNegBinomialBoth(GLMFamily):
     on the log scale: three row coordinates ``(eta, logit psi, log alpha)``, the path
     bound over boxes of all three (:func:`zinb_both_partials`; module docstring).
 
-    Recognition tries it after the families with ``alpha`` fixed
-    (``zeroinflated_negbinomial_logit``) and ``psi`` fixed
-    (``zeroinflated_negbinomial_alpha``), which defer to it when their fixed parameter
-    is free."""
+    It matches when both ``psi`` and ``alpha`` are free (:attr:`free_params`); the
+    families with ``alpha`` fixed (``zeroinflated_negbinomial_logit``), ``psi`` fixed
+    (``zeroinflated_negbinomial_alpha``) or both fixed (``zeroinflated_negbinomial_log``)
+    cover the other three cases."""
 
     name = "zeroinflated_negbinomial_both"
     aliases = ("zinb_both",)
@@ -216,9 +209,8 @@ class ZeroInflatedNegBinomialBoth(GLMFamily):
     link_hint = "a log link (use mu=pm.math.exp(eta))"
     scale_param = "psi"
     scale_transform = "logit"
-    selector = ("psi", False)
+    free_params = ("psi", "n")
     #: the third row coordinate: ``s = log alpha`` (engine.glm)
-    n_coords = 3
     extra_coords = ("n",)
     needs_y = True
     support = "count"
@@ -243,5 +235,3 @@ class ZeroInflatedNegBinomialBoth(GLMFamily):
         E, R, S = boxes
         return zinb_both_partials(m, E, R, S, y)
 
-
-register(ZeroInflatedNegBinomialBoth)

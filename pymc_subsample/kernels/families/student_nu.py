@@ -62,8 +62,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .families import GLMFamily, register
-from .interval import Interval
+from ..interval import Interval
+from .base import GLMFamily
+from .partials import multi_indices
 
 __all__ = ["StudentTNu", "StudentTNuFixedScale", "student_nu_partials"]
 
@@ -280,7 +281,6 @@ def _shift(params) -> float:
     return shift
 
 
-@register
 class StudentTNu(GLMFamily):
     """Student-t regression with ``nu`` and ``sigma`` sampled: ``mu = eta``,
     ``sigma = e^s``, ``nu = c + e^t`` (module docstring); three row coordinates
@@ -295,9 +295,8 @@ class StudentTNu(GLMFamily):
     dist_params = ("nu", "mu", "sigma")
     link, link_param = "identity", "mu"
     scale_param = "sigma"
-    selector = ("sigma", False)
+    free_params = ("sigma", "nu")
     #: the third row coordinate: ``t = log(nu - nu_shift)`` (engine.glm)
-    n_coords = 3
     extra_coords = ("nu",)
     unbounded = "the derivatives in the log scale and log nu are unbounded"
 
@@ -310,15 +309,12 @@ class StudentTNu(GLMFamily):
         """Enclosures of the m-th partials over ``E x S x T`` in the order of
         :func:`pymc_subsample.kernels.region.multi_indices` ``(m, 3)``
         (:func:`student_nu_partials`)."""
-        from .region import multi_indices
-
         E, S, T_box = boxes
         parts = student_nu_partials(m, E, (-S).exp(), T_box, np.asarray(y, np.float64),
                                     shift=_shift(params))
         return [parts[j] for j in multi_indices(m, 3)]
 
 
-@register
 class StudentTNuFixedScale(GLMFamily):
     """Student-t regression with ``nu`` sampled and ``sigma`` fixed: ``mu = eta``,
     ``nu = c + e^t``; two row coordinates ``(eta, t)`` (the two-parameter box API, the
@@ -334,7 +330,7 @@ class StudentTNuFixedScale(GLMFamily):
     fixed_params = ("sigma",)
     scale_param = "nu"
     scale_transform = "log_shifted"
-    selector = ("sigma", True)
+    free_params = ("nu",)
     unbounded = "the derivatives in log nu are unbounded"
 
     def box_partials(self, m, E, S, y, **params):
