@@ -12,40 +12,6 @@ of your own can use the same checks, so that its refusals read like the package'
 The package's other exception types are in :mod:`pymc_subsample.errors`.
 """
 
-from .kernels._validation import (
-    InvalidParameterError,
-    check_batch_size,
-    check_bytes,
-    check_callable,
-    check_choice,
-    check_epsilon,
-    check_finite_positive,
-    check_float,
-    check_generator,
-    check_int,
-    check_positive,
-    check_positive_int,
-    check_real,
-    check_share,
-    is_int,
-    is_real,
-)
-
-__all__ = [
-    "InvalidParameterError",
-    "check_batch_size",
-    "check_bytes",
-    "check_callable",
-    "check_choice",
-    "check_epsilon",
-    "check_finite_positive",
-    "check_float",
-    "check_generator",
-    "check_int",
-    "check_positive",
-    "check_positive_int",
-    "check_real",
-    "check_share",
-    "is_int",
-    "is_real",
-]
+# the names and their list are written once, in kernels/_validation.py
+from .kernels._validation import *  # noqa: F403
+from .kernels._validation import __all__  # noqa: F401
