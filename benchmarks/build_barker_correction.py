@@ -1,14 +1,14 @@
 """Rebuild the shipped Barker correction table ``barker_correction.npz``.
 
 Computes the correction distribution ``C_1`` of Seita et al. (2017), Section 4 and
-Appendix C.1 (see :mod:`pymc_subsample.kernels.barker_correction` for the method), and
+Appendix C.1 (see :mod:`pymc_subsample.kernels.acceptance.barker_correction` for the method), and
 writes it where the package reads it (``pymc_subsample/data/barker_correction.npz``).
 Not a benchmark: the offline build of a data file, kept out of the installed package.
 Run from the repository::
 
     python benchmarks/build_barker_correction.py
 
-Options override :data:`~pymc_subsample.kernels.barker_correction.DEFAULT_BUILD_SETTINGS`;
+Options override :data:`~pymc_subsample.kernels.acceptance.barker_correction.DEFAULT_BUILD_SETTINGS`;
 ``--output`` writes elsewhere (e.g. to compare a rebuild with the shipped file).
 """
 
@@ -22,7 +22,7 @@ from pathlib import Path
 # run as a file from a checkout: make the repository importable
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pymc_subsample.kernels.barker_correction import (  # noqa: E402
+from pymc_subsample.kernels.acceptance.barker_correction import (  # noqa: E402
     DEFAULT_BUILD_SETTINGS,
     DEFAULT_TABLE_PATH,
     build_correction,

@@ -15,8 +15,8 @@ from the step's default start (a Laplace draw):
 * ``cornish``: SMH as in Cornish et al. (2019): the bounds of eq. 12-13
   (``bound_form="cornish"``) and the factorised test: the previous default;
 * ``default``: the whitened region bounds with the sharp step factor
-  (:func:`pymc_subsample.kernels.phi.whitened_phi`,
-  :mod:`pymc_subsample.kernels.region`) and the default data test (factorised for order
+  (:func:`pymc_subsample.kernels.scalable.phi.whitened_phi`,
+  :mod:`pymc_subsample.kernels.scalable.region`) and the default data test (factorised for order
   2, the MH-SS Poisson estimator for order 1);
 * ``factorised``: the default bounds with the factorised test (order 1 only).
 

@@ -43,7 +43,7 @@ OPTIONS = [
 
 def estimator_variances(eng, step2, pairs, old_states, n=500):
     """Mean variance of each estimator of sum_i l_i over the pairs (see module doc)."""
-    from pymc_subsample.kernels.control_variates import importance_weights, residuals
+    from pymc_subsample.kernels.variance.control_variates import importance_weights, residuals
 
     N = eng.n_rows
     rows = np.arange(N)

@@ -14,7 +14,7 @@ __version__ = "0.1.0"
 
 _LAZY = {
     "LikelihoodEngine": "pymc_subsample.engine",
-    "ControlVariate": "pymc_subsample.kernels.control_variates",
+    "ControlVariate": "pymc_subsample.kernels.variance.control_variates",
     "ModelNotSupportedError": "pymc_subsample.errors",
     "InvalidDataError": "pymc_subsample.errors",
     "InvalidParameterError": "pymc_subsample.errors",
@@ -28,7 +28,7 @@ _LAZY = {
     "SGLD": "pymc_subsample.steps.sgld",
     "SGLDDivergenceError": "pymc_subsample.errors",
     "consensus_sample": "pymc_subsample.consensus.run",
-    "design_austerity_test": "pymc_subsample.kernels.austere_design",
+    "design_austerity_test": "pymc_subsample.kernels.acceptance.austere_design",
     "datasets": "pymc_subsample.datasets",
     "diagnostics": "pymc_subsample.diagnostics",
     "proposals": "pymc_subsample.proposals",

@@ -29,7 +29,7 @@ import numpy as np
 import scipy.linalg as sla
 import scipy.optimize
 
-from .kernels.control_variates import TaylorProxy
+from .kernels.variance.control_variates import TaylorProxy
 
 __all__ = ["BatchLikelihood", "Center", "find_center", "center_at", "parse_point"]
 

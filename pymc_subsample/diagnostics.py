@@ -11,7 +11,7 @@ import arviz as az
 import numpy as np
 
 from .kernels._validation import InvalidParameterError, check_positive_int, check_share
-from .kernels.control_variates import control_variate_label
+from .kernels.variance.control_variates import control_variate_label
 
 __all__ = [
     "get_group",

@@ -31,7 +31,7 @@ _WHERE = {
     "InvalidParameterError": "pymc_subsample.kernels._validation",
     "ModelNotSupportedError": "pymc_subsample.engine.analysis",
     "InvalidDataError": "pymc_subsample.engine.analysis",
-    "BoundViolationError": "pymc_subsample.kernels.thinning",
+    "BoundViolationError": "pymc_subsample.kernels.scalable.thinning",
     "DataFileChangedError": "pymc_subsample.out_of_core",
     "SGLDDivergenceError": "pymc_subsample.steps.sgld",
 }

@@ -110,7 +110,7 @@ class PermutationSampler:
     """Exact sampling without replacement for the kernels' ``sampler=``: prefixes of one
     uniform random permutation.
 
-    Same distribution of row sets as ``kernels.rows.RowSampler``, cheaper for many
+    Same distribution of row sets as ``kernels.sampling.rows.RowSampler``, cheaper for many
     repetitions on a small population.
     """
 

@@ -14,7 +14,7 @@ import warnings
 import numpy as np
 import pytest
 
-from pymc_subsample.kernels.phi import taylor_phi
+from pymc_subsample.kernels.scalable.phi import taylor_phi
 from pymc_subsample.testing import mcse_mean, mcse_sd, posterior, sample_stats
 from tests.conftest import REPO, run_sample, scalable_mh_accepting_every_proposal
 
@@ -53,7 +53,7 @@ def test_automatic_probit_constants_and_the_facts_behind_them():
     to its 1% safety factor."""
     from scipy.special import log_ndtr
 
-    from pymc_subsample.kernels.bounds import PROBIT_PEAK3, glm_sup_derivative
+    from pymc_subsample.kernels.scalable.bounds import PROBIT_PEAK3, glm_sup_derivative
 
     t = np.linspace(-8, 8, 160_001)  # the closed forms lose digits below -8
     lam = np.exp(-0.5 * t * t - 0.5 * np.log(2 * np.pi) - log_ndtr(t))

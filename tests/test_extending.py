@@ -124,7 +124,7 @@ def _first_order_taylor(wrong_sum=False):
     ``c_i = g_i(c) . (q' - q)``, whose sum over all rows is ``G . (q' - q)``
     (``wrong_sum``: ``G`` summed over half the rows, a plausible bug, so the chain
     targets a tilted posterior; at the mode the full ``G`` is nearly 0, the half sum not)."""
-    from pymc_subsample.kernels.control_variates import ControlVariate
+    from pymc_subsample.kernels.variance.control_variates import ControlVariate
 
     class FirstOrderTaylor(ControlVariate):
         def setup(self, lik, center):
@@ -257,7 +257,7 @@ def test_a_new_glm_family_is_one_module_plus_a_registry_line(tmp_path, monkeypat
     import pymc_subsample as pms
     from pymc_subsample.engine import glm
     from pymc_subsample.kernels import families
-    from tests.kernels.test_families import Problem, _assert_exact
+    from tests.kernels.families.test_families import Problem, _assert_exact
 
     path = tmp_path / "exponential_mean.py"
     path.write_text(_FAMILY_MODULE)

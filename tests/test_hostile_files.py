@@ -24,7 +24,7 @@ import pytest
 
 import pymc_subsample as pms
 from pymc_subsample import _memmap
-from pymc_subsample.kernels.thinning import BoundViolationError
+from pymc_subsample.kernels.scalable.thinning import BoundViolationError
 from pymc_subsample.out_of_core import DataFileChangedError, DataFileWatcher
 from pymc_subsample.testing import from_dict
 from tests.conftest import logistic_model

@@ -14,7 +14,7 @@ import pytest
 
 import pymc_subsample as pms
 from pymc_subsample import _memmap, passes
-from pymc_subsample.kernels.bounds import UpperBounds
+from pymc_subsample.kernels.scalable.bounds import UpperBounds
 from pymc_subsample.out_of_core import keep_observations_on_disk, open_rows, rows
 from pymc_subsample.testing import group
 from tests.conftest import bernoulli_logit_draws, logistic_data, logistic_model

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import pymc_subsample as pms
-from pymc_subsample.kernels.control_variates import (
+from pymc_subsample.kernels.variance.control_variates import (
     CONTROL_VARIATE_ALIASES,
     CONTROL_VARIATES,
     USER_CONTROL_VARIATE,

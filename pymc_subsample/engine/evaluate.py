@@ -180,7 +180,7 @@ def _rows_hessian(g):
 
 
 def _taylor(order):
-    """Taylor control variates about a centre ``c`` (kernels.control_variates): the plain
+    """Taylor control variates about a centre ``c`` (kernels.variance.control_variates): the plain
     differences ``l_i = ll_i(q') - ll_i(q)``, the first-order terms ``grad ll_i(c) . u``
     and (order 2) ``u' H_i(c) w``, ``u = q' - q``, ``w = (q' - c) + (q - c)``, as
     directional derivatives: no per-row gradient or Hessian is materialised."""
@@ -200,7 +200,7 @@ def _taylor(order):
 
 def _row_grad_pair(g):
     """Per-row gradients at ``q`` and at a centre ``c`` in one call (the control-variate
-    gradient estimator of :mod:`pymc_subsample.kernels.gradient_estimators`)."""
+    gradient estimator of :mod:`pymc_subsample.kernels.variance.gradient_estimators`)."""
     c = g.q.type("center")
     return [g.q, c], [rows_jacobian(g.loglik, g.q), rows_jacobian(g.loglik_at(c), c)]
 
@@ -471,7 +471,7 @@ class BatchFunctions:
 
     def loglik_diff_taylor(self, q, q_prop, center, rows, order: int) -> np.ndarray:
         """Plain differences and Taylor terms of ``rows`` in one call, for the control
-        variates of :mod:`pymc_subsample.kernels.control_variates`.
+        variates of :mod:`pymc_subsample.kernels.variance.control_variates`.
 
         Returns an array of shape ``(order + 1, n)``: ``l_i = ll_i(q') - ll_i(q)``,
         ``grad ll_i(c) . (q' - q)`` and, for ``order=2``,

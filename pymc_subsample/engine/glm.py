@@ -2,7 +2,7 @@
 
 ScalableMH (Cornish et al. 2019) needs per-row constants ``psi_i`` bounding every
 (k+1)-th partial derivative of ``U_i = -log p(x_i | theta)`` (see
-:mod:`pymc_subsample.kernels.bounds`). For a row term that depends on the step's
+:mod:`pymc_subsample.kernels.scalable.bounds`). For a row term that depends on the step's
 variables only through a linear predictor, ``U_i = f(eta_i)`` with
 ``eta_i = a_i + sum_j J_ij q_j`` (``q`` the step's raveled unconstrained vector), every
 (k+1)-th partial derivative is ``f^(k+1)(eta_i) * J_ij1 ... J_ij(k+1)``, so
@@ -33,9 +33,9 @@ import pytensor.scalar as ps
 from pytensor.tensor.elemwise import Elemwise
 
 from .evaluate import thread_copy
-from ..kernels.bounds import UpperBounds, predictor_constants
+from ..kernels.scalable.bounds import UpperBounds, predictor_constants
 from ..kernels.families import FAMILIES, auto_refusal, get_family, supported_text
-from ..kernels.region import path_constants
+from ..kernels.scalable.region import path_constants
 
 try:  # PyTensor >= 2.31 moved graph traversal helpers
     from pytensor.graph.traversal import ancestors, graph_inputs
@@ -553,14 +553,14 @@ def _require_affine(engine, fn, q_hat, what, spec):
 
 
 def _two_param_psi(engine, spec, order, q_hat, chunk, whiten, radius):
-    """Row constants ``M_i`` of the path bound (:func:`pymc_subsample.kernels.phi.path_phi`)
+    """Row constants ``M_i`` of the path bound (:func:`pymc_subsample.kernels.scalable.phi.path_phi`)
     for rows ``l(eta_i, s_i)`` with ``eta_i`` and the log scale ``s_i`` affine in ``q``.
 
     With ``L`` the whitening matrix, ``a_i = ||J^eta_i L||`` and ``b_i = ||J^s_i L||``, the
     whitened ball of radius ``R`` keeps row ``i`` in the box
     ``[eta_hat_i -+ a_i R] x [s_hat_i -+ b_i R]``; ``M_i`` combines the suprema of the
-    (k+1)-th partials over that box (:func:`pymc_subsample.kernels.region.local_sup2`,
-    :func:`pymc_subsample.kernels.region.path_constant`). One chunked pass, in parallel.
+    (k+1)-th partials over that box (:func:`pymc_subsample.kernels.scalable.region.local_sup2`,
+    :func:`pymc_subsample.kernels.scalable.region.path_constant`). One chunked pass, in parallel.
     """
     if whiten is None or radius is None:
         raise ValueError(
@@ -606,7 +606,7 @@ def _two_param_psi(engine, spec, order, q_hat, chunk, whiten, radius):
 
 def two_param_chunk_psi(family, order, J, base, y, *, whiten, radius, nu=None, **params):
     """Path-bound constants ``M_i`` of a chunk of rows ``l(eta_i, s_i)`` (:func:`_two_param_psi`):
-    :func:`pymc_subsample.kernels.region.path_constants`."""
+    :func:`pymc_subsample.kernels.scalable.region.path_constants`."""
     return path_constants(family, order, J, base, y, whiten=whiten, radius=radius, nu=nu,
                           **params)
 
@@ -630,16 +630,16 @@ def glm_psi(engine, spec: GLMSpec, order: int, q_hat, *, chunk: int = 65536,
     whiten : ndarray, shape (d, d), optional
         A matrix ``L`` (the Cholesky factor of the Laplace covariance): the row factor is
         then ``s_i = ||J_i L||_2`` instead of ``M_i = max_j |J_ij|``, for the whitened
-        bound of :func:`pymc_subsample.kernels.phi.whitened_phi`.
+        bound of :func:`pymc_subsample.kernels.scalable.phi.whitened_phi`.
     radius : float, optional
         With ``whiten``: bounds valid on the whitened ball of this radius about ``q_hat``
         only, from the supremum of ``|f^(k+1)|`` over each row's interval
-        ``eta_hat_i -+ s_i radius`` (:func:`pymc_subsample.kernels.region.local_sup`).
+        ``eta_hat_i -+ s_i radius`` (:func:`pymc_subsample.kernels.scalable.region.local_sup`).
 
     Returns
     -------
     ndarray of float32 (rounded up: still bounds), shape (N,)
-        :class:`pymc_subsample.kernels.bounds.UpperBounds`; float64 only if a constant
+        :class:`pymc_subsample.kernels.scalable.bounds.UpperBounds`; float64 only if a constant
         exceeds float32's range.
     """
     q_hat = np.asarray(q_hat, dtype=np.float64)
@@ -707,7 +707,7 @@ def _one_nu(spec):
 
 def chunk_psi(spec, order, J, base, *, whiten=None, radius=None, y=None, **params):
     """Bound constants of a chunk of one-parameter GLM rows of ``spec`` from their predictor
-    Jacobian: :func:`pymc_subsample.kernels.bounds.predictor_constants`.
+    Jacobian: :func:`pymc_subsample.kernels.scalable.bounds.predictor_constants`.
 
     ``params``: the family's fixed parameters (``sigma=``, ``nu=``: per row or one
     number, None when absent); one missing is read from ``spec.params`` when it is one

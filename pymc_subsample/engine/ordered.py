@@ -19,7 +19,7 @@ differences and verified at random points. Taking predictor coordinates ``v = (b
 instead would make the rows affine, but would need a second set of control variates in
 ``v``; the curvature terms in ``q`` are a few closed-form numbers per category.
 
-The constants are :func:`pymc_subsample.kernels.family_ordered.ordered_constants`
+The constants are :func:`pymc_subsample.kernels.scalable.ordered.ordered_constants`
 (Cornish et al. 2019, "Scalable Metropolis-Hastings for exact Bayesian inference with
 large datasets", eq. 12, in the whitened region form of the path step factor).
 """
@@ -33,9 +33,9 @@ import pytensor.tensor as pt
 
 from .evaluate import thread_copy
 from .glm import is_affine, sample_rows
-from ..kernels.bounds import UpperBounds
+from ..kernels.scalable.bounds import UpperBounds
 from ..kernels.families import auto_refusal
-from ..kernels.family_ordered import ORDERED_LINKS, ordered_constants
+from ..kernels.scalable.ordered import ORDERED_LINKS, ordered_constants
 
 try:
     from pytensor.graph.traversal import ancestors

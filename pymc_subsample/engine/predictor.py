@@ -10,7 +10,7 @@ on them are large even though their sum nearly cancels. The same predictor *is* 
 arithmetic (``mu + tau * z[g] == (mu + tau * z)[g]``), the predictor reads the
 parameters only through *parameter parts*, maximal sub-expressions that involve no data.
 Replacing each part by a slice of one vector ``v`` gives ``eta_i = a_i . v + o_i``, and
-the control variates and bounds of :mod:`pymc_subsample.kernels.predictor` apply with
+the control variates and bounds of :mod:`pymc_subsample.kernels.variance.predictor` apply with
 ``v = v(q)`` evaluated exactly at both points of every step.
 
 A Normal or Student-t likelihood with a sampled scale has a second row quantity, the log
@@ -18,7 +18,7 @@ scale ``s_i``; its parameter parts (``log sigma``, or ``log sigma[g]`` lifted th
 join ``v``, and the rows are functions of ``(eta_i, s_i)``, both affine in ``v``.
 
 The graph work (finding the parts, compiling ``v(q)`` and ``eta(v, rows)``) is here; the
-arithmetic is in :mod:`pymc_subsample.kernels.predictor` (no PyMC).
+arithmetic is in :mod:`pymc_subsample.kernels.variance.predictor` (no PyMC).
 """
 
 from __future__ import annotations
@@ -36,10 +36,10 @@ from .batch_graph import lift_gathers, parameter_parts
 from .evaluate import thread_copy
 from ..passes import map_local
 from .glm import detect_glm, is_affine, sample_rows
-from ..kernels.bounds import UpperBounds
-from ..kernels.control_variates import TaylorProxy
+from ..kernels.scalable.bounds import UpperBounds
+from ..kernels.variance.control_variates import TaylorProxy
 from ..kernels.families import auto_refusal, get_family
-from ..kernels.predictor import (
+from ..kernels.variance.predictor import (
     predictor_sums,
     remainder_difference,
     row_loglik,
@@ -64,7 +64,7 @@ class PredictorMap:
     Attributes
     ----------
     family : str
-        One of :data:`pymc_subsample.kernels.predictor.PREDICTOR_FAMILIES`.
+        One of :data:`pymc_subsample.kernels.variance.predictor.PREDICTOR_FAMILIES`.
     params : dict
         The family's fixed parameters (scalars).
     size : int
@@ -73,7 +73,7 @@ class PredictorMap:
         What each block of ``v`` is (for messages).
     scale : bool
         The rows also read a log scale ``s_i`` (``family`` in
-        :data:`~pymc_subsample.kernels.predictor.SCALE_FAMILIES`).
+        :data:`~pymc_subsample.kernels.variance.predictor.SCALE_FAMILIES`).
     """
 
     family: str
@@ -184,7 +184,7 @@ class PredictorMap:
         return self.y(data), list(out)
 
     def remainder_fn(self, v, v_prop, v_hat, order: int):
-        """``rows -> R_i(v') - R_i(v)`` (:func:`~pymc_subsample.kernels.predictor.
+        """``rows -> R_i(v') - R_i(v)`` (:func:`~pymc_subsample.kernels.variance.predictor.
         remainder_difference`), one gather and three predictor evaluations."""
 
         diff = scale_remainder_difference if self.scale else remainder_difference

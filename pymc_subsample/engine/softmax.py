@@ -11,10 +11,10 @@ predictors at once, so it is not a one-parameter GLM of the family registry
 (:func:`detect_softmax`), computes the rows' exact Jacobians ``J_i`` (K x d: the columns
 ``eta_i(q_hat + e_j) - eta_i(q_hat)`` of the affine predictors, as
 :func:`pymc_subsample.engine.glm.glm_psi` does for one predictor) and hands them to
-:func:`pymc_subsample.kernels.softmax.softmax_constants` for the constants of Cornish et
+:func:`pymc_subsample.kernels.scalable.softmax.softmax_constants` for the constants of Cornish et
 al. (2019), "Scalable Metropolis-Hastings for exact Bayesian inference with large
 datasets", eq. 12, or their whitened and region forms under the path step factor
-(:func:`pymc_subsample.kernels.phi.path_phi`). The control variates come from the model's
+(:func:`pymc_subsample.kernels.scalable.phi.path_phi`). The control variates come from the model's
 own autodiff, in ``q``.
 
 ScalableMH reaches it through :func:`detect_specs` (its ``bounds="auto"`` recognition) and
@@ -30,9 +30,9 @@ import pytensor.tensor as pt
 
 from .evaluate import thread_copy
 from .glm import detect_glm, detect_glms, is_affine, sample_rows
-from ..kernels.bounds import UpperBounds
+from ..kernels.scalable.bounds import UpperBounds
 from ..kernels.families import auto_refusal
-from ..kernels.softmax import softmax_constants
+from ..kernels.scalable.softmax import softmax_constants
 
 __all__ = ["SOFTMAX_FAMILY", "SoftmaxSpec", "bounds_in_q", "detect_softmax", "detect_specs",
            "softmax_psi"]
@@ -152,11 +152,11 @@ def _eta(engine, spec, q, data):
 
 def softmax_psi(engine, spec: SoftmaxSpec, order: int, q_hat, *, chunk: int = 65536,
                 whiten=None, radius=None) -> np.ndarray:
-    """Per-row constants of a multinomial logit (:mod:`pymc_subsample.kernels.softmax`).
+    """Per-row constants of a multinomial logit (:mod:`pymc_subsample.kernels.scalable.softmax`).
 
     One chunked pass: each chunk's exact Jacobians ``J_i`` (rows x K x d, from ``d + 1``
     evaluations of the affine class predictors) and predictors at ``q_hat``, then
-    :func:`~pymc_subsample.kernels.softmax.softmax_constants`.
+    :func:`~pymc_subsample.kernels.scalable.softmax.softmax_constants`.
 
     Parameters
     ----------

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .families import get_family
-from .predictor import remainder_difference, row_loglik
+from .variance.predictor import remainder_difference, row_loglik
 
 __all__ = ["GroupRows", "GroupTaylor", "SmallRows", "normal_logpdf", "eb_fit",
            "thinning_rates", "draw_events"]

@@ -8,7 +8,7 @@ dynamics", eq. 4, with a fixed preconditioner ``M = F F'`` as in their Sec. 4):
     q' = q + (h / 2) M g_hat(q) + sqrt(h) F eps,     eps ~ N(0, I),
 
 with ``g_hat`` an unbiased estimate of the gradient of the log posterior
-(:mod:`pymc_subsample.kernels.gradient_estimators`). El hanchi (2019, "Scaling up MCMC
+(:mod:`pymc_subsample.kernels.variance.gradient_estimators`). El hanchi (2019, "Scaling up MCMC
 for Bayesian inference using adaptive data subsampling", Algorithm 2) writes the same
 update as ``theta' = theta - eps_EH grad U + N(0, 2 eps_EH)``: his step ``eps_EH`` is
 ``h / 2`` here, with ``M = I``.
@@ -81,8 +81,8 @@ def noise_ratio(h: float, whitened_variance: float) -> float:
     """Welling & Teh's ``alpha = (h / 4) lambda_max(F' Var(g_hat) F)``: the variance the
     gradient noise adds to an update, relative to the injected ``h``, along the worst
     direction (``whitened_variance``: that largest eigenvalue, e.g.
-    :func:`~pymc_subsample.kernels.gradient_estimators.largest_eigenvalue` of an average
-    of :meth:`~pymc_subsample.kernels.gradient_estimators.Estimate.whitened_covariance`)."""
+    :func:`~pymc_subsample.kernels.variance.gradient_estimators.largest_eigenvalue` of an average
+    of :meth:`~pymc_subsample.kernels.variance.gradient_estimators.Estimate.whitened_covariance`)."""
     return 0.25 * h * whitened_variance
 
 
@@ -90,7 +90,7 @@ class NoiseAverage:
     """Running average of the estimator's whitened covariance estimates, per chain.
 
     One batch's covariance estimate is too noisy for its largest eigenvalue (biased
-    upwards, see :func:`~pymc_subsample.kernels.gradient_estimators.largest_eigenvalue`);
+    upwards, see :func:`~pymc_subsample.kernels.variance.gradient_estimators.largest_eigenvalue`);
     the average over the last ``window`` or so transitions (an exponential window, the
     plain mean until ``window`` are in) is not.
     """

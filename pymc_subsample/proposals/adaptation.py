@@ -30,7 +30,7 @@ import numpy as np
 
 from ..kernels._validation import check_real
 from .validation import _check_target, _positive_scalar
-from ..kernels.streaming import RunningMoments
+from ..kernels.variance.streaming import RunningMoments
 
 
 class _RobbinsMonro:
@@ -115,7 +115,7 @@ class _TunedScalar(ABC):
 
 def shrunk_covariance(window: RunningMoments, min_n: int):
     """The covariance of a window of tuning states (a vector
-    :class:`~pymc_subsample.kernels.streaming.RunningMoments`), shrunk towards its
+    :class:`~pymc_subsample.kernels.variance.streaming.RunningMoments`), shrunk towards its
     diagonal (``n / (n + 5)``, as Stan regularises its metric), or None with fewer than
     ``min_n`` states or a dimension that never moved."""
     if window.n < min_n:

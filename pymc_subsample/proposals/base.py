@@ -134,7 +134,7 @@ class Proposal(ABC):
     #: the factorised test under order-2 control variates (``"first_factor"``: the
     #: Hamiltonian error on the surrogate, as HMC tunes)
     tune_signal: str = "accepted"
-    #: the gradient estimator (:mod:`pymc_subsample.kernels.gradient_estimators`) the step
+    #: the gradient estimator (:mod:`pymc_subsample.kernels.variance.gradient_estimators`) the step
     #: builds for ``grad_fn`` (None: the plain minibatch gradient); with it, ``batch_size``
     #: rows per estimate
     estimator_name: str | None = None

@@ -7,7 +7,7 @@ import math
 import numpy as np
 
 from ..kernels._validation import InvalidParameterError, check_positive_int
-from ..kernels.streaming import RunningMoments
+from ..kernels.variance.streaming import RunningMoments
 from .adaptation import _TunedScalar, shrunk_covariance
 from .base import Proposal, _CovFactor
 from .validation import _positive_scalar, _start_value

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from ..kernels._validation import InvalidParameterError, check_choice, check_positive_int
-from ..kernels.gradient_estimators import ESTIMATORS
+from ..kernels.variance.gradient_estimators import ESTIMATORS
 from .adaptation import _TunedScalar
 from .base import _MALA_OPTIMAL, _RW_OPTIMAL, Proposal, _CovFactor
 from .validation import _positive_scalar
@@ -65,7 +65,7 @@ class Langevin(_TunedScalar, Proposal):
         Robbins-Monro gain parameters.
     gradient : {None, "cv", "minibatch", "saga", "is", "is_saga"}, default None
         The gradient estimator, one of those of :class:`pymc_subsample.SGLD`
-        (:mod:`pymc_subsample.kernels.gradient_estimators`), built by the step:
+        (:mod:`pymc_subsample.kernels.variance.gradient_estimators`), built by the step:
         ``"cv"`` Taylor control variates about the centre (Baker, Fearnhead, Fox & Nemeth
         2019, "Control variates for stochastic gradient MCMC"), ``"saga"``, ``"is"``,
         ``"is_saga"`` (El hanchi 2019, "Scaling up MCMC for Bayesian inference using

@@ -17,7 +17,7 @@ from ..kernels._validation import (
     check_positive_int,
     check_real,
 )
-from ..kernels.streaming import RunningMoments
+from ..kernels.variance.streaming import RunningMoments
 from .adaptation import _TunedScalar
 from .base import _RW_OPTIMAL, Proposal, _CovFactor
 from .validation import _positive_scalar, _scale_vector, _start_value

@@ -9,11 +9,11 @@ import math
 import numpy as np
 from scipy import special
 
-from ..kernels.austere_design import design_austerity_test
-from ..kernels.austere_dp import sequential_test_dp
+from ..kernels.acceptance.austere_design import design_austerity_test
+from ..kernels.acceptance.austere_dp import sequential_test_dp
 from ..kernels._validation import InvalidParameterError, check_epsilon, is_real
-from ..kernels.austere import austere_test
-from ..kernels.clt_error import austere_clt_weight
+from ..kernels.acceptance.austere import austere_test
+from ..kernels.acceptance.clt_error import austere_clt_weight
 from .growing import GROWING_STATS, GrowingBatchStep
 from .state import acceptance_probability, setting_stats
 
@@ -32,7 +32,7 @@ class AustereMH(GrowingBatchStep):
     With control variates (``control_variate=2``, the default) the test runs on the
     residuals ``r_i = l_i - lhat_i`` of a Taylor proxy about the posterior mode, whose sum
     over all rows is added to the data-free part exactly
-    (:mod:`pymc_subsample.kernels.control_variates`): at posterior scale the residuals
+    (:mod:`pymc_subsample.kernels.variance.control_variates`): at posterior scale the residuals
     vary orders of magnitude less than the ``l_i``, so the t-test decides on its first
     batch where the plain test needs most of the data (Seita et al. 2017, Sec. 2.2).
 
@@ -56,11 +56,11 @@ class AustereMH(GrowingBatchStep):
         Overrides ``epsilon`` and ``batch_size``.
     control_variate : {None, "taylor2", "taylor1", "saga", "none"} or ControlVariate
         The control variate of the per-row terms, by its name in
-        :data:`~pymc_subsample.kernels.control_variates.CONTROL_VARIATES`:
+        :data:`~pymc_subsample.kernels.variance.control_variates.CONTROL_VARIATES`:
         ``"taylor2"`` or ``"taylor1"``, Taylor proxies of order 2 or 1 about the centre
         (aliases ``2``, ``1``); ``"saga"``, stored per-row gradients updated at the rows
         read (El hanchi 2019, Sec. 4-5; memory ``N d`` floats per chain,
-        :class:`~pymc_subsample.kernels.control_variates.StoredGradients`); ``"none"``
+        :class:`~pymc_subsample.kernels.variance.control_variates.StoredGradients`); ``"none"``
         (alias ``0``), the paper's plain test. ``None`` (the default): ``"taylor2"``,
         or ``"none"`` with a warning when the likelihood depends on variables another
         step samples (the centre's sums would go stale). Or an instance of a
@@ -211,7 +211,7 @@ class AustereMH(GrowingBatchStep):
     def _clt_weight(self, res, log_ratio_o1, iid) -> float:
         """The normal approximation's error per unit skewness summed over the stages the
         test went through (each stage could have stopped on a wrong-way tail:
-        :func:`~pymc_subsample.kernels.clt_error.austere_clt_weight` at its ``n_k``, with
+        :func:`~pymc_subsample.kernels.acceptance.clt_error.austere_clt_weight` at its ``n_k``, with
         ``s_k`` from the terms' estimated sd). Stages ``1, 2, 4, 8, ...`` stand for the
         stages up to the next one, so a long test costs a few evaluations."""
         big_n, n = self.n_rows, int(res.data_used)

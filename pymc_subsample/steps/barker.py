@@ -10,9 +10,9 @@ import math
 from scipy.special import expit
 
 from ..kernels._validation import InvalidParameterError, check_choice, check_positive
-from ..kernels.barker import barker_test
-from ..kernels.clt_error import barker_clt_weight
-from ..kernels.barker_correction import default_correction
+from ..kernels.acceptance.barker import barker_test
+from ..kernels.acceptance.clt_error import barker_clt_weight
+from ..kernels.acceptance.barker_correction import default_correction
 from .growing import GROWING_STATS, GrowingBatchStep
 from .state import setting_stats
 
@@ -33,7 +33,7 @@ class BarkerMinibatch(GrowingBatchStep):
     With control variates (``control_variate=2``, the default) ``Delta*`` is built from
     the residuals ``r_i = l_i - lhat_i`` of a Taylor proxy about the posterior mode, and
     the proxy's sum over all rows enters exactly
-    (:mod:`pymc_subsample.kernels.control_variates`): Barker's condition ``s^2 < 1``
+    (:mod:`pymc_subsample.kernels.variance.control_variates`): Barker's condition ``s^2 < 1``
     then holds on the first batch at posterior scale, where the plain test needs almost
     all rows (the algebra of Seita et al. 2017, Sec. 2.2, applies to ``s^2`` too).
 
@@ -47,7 +47,7 @@ class BarkerMinibatch(GrowingBatchStep):
         Rows added each time the test cannot decide (default: ``batch_size``).
     delta : float, default 0.01
         Bound on the CLT error of the acceptance probability (see
-        :func:`pymc_subsample.kernels.barker.barker_test` for the formula).
+        :func:`pymc_subsample.kernels.acceptance.barker.barker_test` for the formula).
     temperature : float, default 1.0
         ``T``: the step targets ``p(theta) prod_i p(x_i | theta)^(1/T)`` (Sec 6.1).
     control_variate, center, recenter, init, audit

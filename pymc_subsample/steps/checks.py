@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..kernels.clt_error import PooledSkewness
-from ..kernels.control_variates import VarianceCheck
+from ..kernels.acceptance.clt_error import PooledSkewness
+from ..kernels.variance.control_variates import VarianceCheck
 
 __all__ = ["CVChecks", "TuningMean", "CLTPool"]
 
@@ -26,7 +26,7 @@ CV_WINDOW = 100
 class CVChecks:
     """The variance check of the control variates over windows of ``CV_WINDOW``
     tuning transitions, then on every 10th kept transition
-    (:class:`~pymc_subsample.kernels.control_variates.VarianceCheck`)."""
+    (:class:`~pymc_subsample.kernels.variance.control_variates.VarianceCheck`)."""
 
     active: bool
     check: VarianceCheck = field(default_factory=lambda: VarianceCheck(CV_WINDOW // 2))
@@ -127,11 +127,11 @@ class TuningMean:
 @dataclass
 class CLTPool:
     """The normal approximation's error pooled over the kept transitions
-    (:mod:`pymc_subsample.kernels.clt_error`).
+    (:mod:`pymc_subsample.kernels.acceptance.clt_error`).
 
     Each transition gives its error of the acceptance probability per unit skewness,
     ``w_t``; the skewness is pooled over the first batches of the kept transitions
-    (:class:`~pymc_subsample.kernels.clt_error.PooledSkewness`), so that one batch's
+    (:class:`~pymc_subsample.kernels.acceptance.clt_error.PooledSkewness`), so that one batch's
     sample moments decide nothing. The verdict compares
     ``err_pooled = gamma_pooled * mean_t(w_t)`` with the step's knob from
     ``min_transitions`` kept transitions on.

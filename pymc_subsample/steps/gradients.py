@@ -1,7 +1,7 @@
 """Gradient estimates of the log posterior from minibatches, for the Langevin moves.
 
 :class:`GradientOracle` evaluates the rows' gradients through a step's engine and combines
-them with an estimator of :mod:`pymc_subsample.kernels.gradient_estimators` (built by
+them with an estimator of :mod:`pymc_subsample.kernels.variance.gradient_estimators` (built by
 :func:`pymc_subsample.steps.setup.build_estimator`). Shared by :class:`~pymc_subsample.SGLD` and the MH-corrected ``Langevin(gradient=...)``
 proposals of the other steps.
 """
@@ -15,7 +15,7 @@ __all__ = ["GradientOracle"]
 
 class GradientOracle:
     """Estimates of the log-posterior gradient ``grad log prior(q) + w G_hat(q)`` from an
-    estimator of :mod:`pymc_subsample.kernels.gradient_estimators` and a step's engine.
+    estimator of :mod:`pymc_subsample.kernels.variance.gradient_estimators` and a step's engine.
 
     Used by :class:`SGLD` and, through ``Langevin(gradient=...)``, by the MH-corrected
     Langevin proposals of AustereMH and BarkerMinibatch. ``oracle(q, rows)`` returns the
@@ -43,7 +43,7 @@ class GradientOracle:
 
     def get_state(self):
         """The chain state of a stateful estimator (SAGA's store,
-        :class:`~pymc_subsample.kernels.control_variates.StoreState`), or None."""
+        :class:`~pymc_subsample.kernels.variance.control_variates.StoreState`), or None."""
         return self.estimator.store.get_state() if self.estimator.stateful else None
 
     def set_state(self, state) -> None:

@@ -3,7 +3,7 @@
 :class:`GrowingBatchStep` decides each proposal on a minibatch of rows that grows until
 the step's test is confident. It adds to :class:`~pymc_subsample.steps.mh.MHStep` the
 batch sizes, a row sampler per chain, and one control variate
-(:class:`~pymc_subsample.kernels.control_variates.ControlVariate`: Taylor proxies about
+(:class:`~pymc_subsample.kernels.variance.control_variates.ControlVariate`: Taylor proxies about
 the posterior mode, in ``q`` or in predictor coordinates, SAGA's stored per-row
 gradients, or none), with the running checks of :mod:`pymc_subsample.steps.checks` and
 re-centring. A subclass only runs its acceptance kernel (:meth:`GrowingBatchStep._run_test`).
@@ -22,11 +22,11 @@ from pymc.stats.convergence import WarningType
 from ..engine.predictor import curved_predictor_map
 from ..kernels._validation import (
     InvalidParameterError, check_batch_size, check_choice, check_share)
-from ..kernels.alias import AliasTable
-from ..kernels.control_variates import (
+from ..kernels.sampling.alias import AliasTable
+from ..kernels.variance.control_variates import (
     DEFAULT_CONTROL_VARIATE, USER_CONTROL_VARIATE, ControlVariate, NoControlVariate,
     control_variate_kind)
-from ..kernels.rows import ImportanceSampler, RowSampler
+from ..kernels.sampling.rows import ImportanceSampler, RowSampler
 from . import setup
 from .checks import CLTPool, CVChecks, TuningMean
 from .mh import Decision, MHStep
@@ -60,7 +60,7 @@ class GrowingBatchStep(MHStep):
     (AustereMH, BarkerMinibatch).
 
     It holds what both share: validated ``batch_size`` / ``batch_increment``, a
-    without-replacement :class:`~pymc_subsample.kernels.rows.RowSampler` per chain (or
+    without-replacement :class:`~pymc_subsample.kernels.sampling.rows.RowSampler` per chain (or
     i.i.d. importance-sampled rows), and one control variate. With control variates (the
     default) the step finds the posterior mode once
     (:func:`pymc_subsample.center.find_center`), the closed-form sum of the control
@@ -77,7 +77,7 @@ class GrowingBatchStep(MHStep):
     """
 
     #: the proposal used when ``proposal=None``, by control variate (the entries of
-    #: :data:`~pymc_subsample.kernels.control_variates.CONTROL_VARIATES`; any other:
+    #: :data:`~pymc_subsample.kernels.variance.control_variates.CONTROL_VARIATES`; any other:
     #: ``"preconditioned"``)
     DEFAULT_PROPOSALS = {"none": "random_walk", "taylor1": "preconditioned", "taylor2": "pcn"}
     SETTINGS = MHStep.SETTINGS + ("batch_size", "batch_increment", "control_variate")

@@ -21,7 +21,7 @@ import numpy as np
 
 from ..engine.groups import NotFound, find_groups
 from ..kernels._validation import check_choice
-from ..kernels.control_variates import NoControlVariate
+from ..kernels.variance.control_variates import NoControlVariate
 from ..proposals import as_proposal
 from .base import SubsampleStep
 from .state import DRAW_STATS, SETTING_PREFIX

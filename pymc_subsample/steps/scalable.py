@@ -14,11 +14,11 @@ from ..center import inverse_pd
 from ..engine.glm import detect_glms
 from ..engine.softmax import bounds_in_q, detect_specs
 from ..engine.predictor import affine_likelihood
-from ..kernels.control_variates import PredictorTaylorControlVariate, TaylorControlVariate
+from ..kernels.variance.control_variates import PredictorTaylorControlVariate, TaylorControlVariate
 from ..kernels.families import FAMILIES_DOC
 from ..kernels._validation import (
     InvalidParameterError, check_choice, check_int, check_positive)
-from ..kernels.smh import smh_test
+from ..kernels.scalable.smh import smh_test
 from . import setup
 from .mh import Decision, MHStep
 from .scalable_bounds import (
@@ -40,9 +40,9 @@ class ScalableMH(MHStep):
     gradients and Hessians there (Newton's method with the exact Hessian, one chunked
     pass per iteration, :func:`pymc_subsample.center.find_center`; or ``center=``), the
     per-row bound constants ``psi_i``, and a table that draws rows in proportion
-    to ``psi`` (:class:`~pymc_subsample.kernels.inverse_cdf.InverseCDFTable`). The Taylor
+    to ``psi`` (:class:`~pymc_subsample.kernels.sampling.inverse_cdf.InverseCDFTable`). The Taylor
     control variates are the shared ones of
-    :mod:`pymc_subsample.kernels.control_variates`. A step then:
+    :mod:`pymc_subsample.kernels.variance.control_variates`. A step then:
 
     1. draws a proposal and accepts the data-free first factor exactly (prior, proposal
        ratio and the Taylor approximation ``Uhat_k`` of the whole log-likelihood);
@@ -92,12 +92,12 @@ class ScalableMH(MHStep):
         sharing the rows, each recognised, a row's constant is the sum of theirs, taken
         in ``q``); a callable ``bounds(order)`` or an
         array of length ``N`` gives them for any other model. A drawn row that breaks its
-        bound raises :class:`~pymc_subsample.kernels.thinning.BoundViolationError`.
+        bound raises :class:`~pymc_subsample.kernels.scalable.thinning.BoundViolationError`.
     bound_form : {"whitened", "cornish"}, optional
         How ``lambda_i <= phi * psi_i`` is formed. ``"cornish"``: eq. 12-13 of Cornish et
         al. (2019), ``phi`` from L1 distances to ``theta_hat`` and ``psi_i`` from
         ``max_j |x_ij|``. ``"whitened"`` (the default with ``bounds="auto"``): the
-        tighter bound of :func:`~pymc_subsample.kernels.phi.whitened_phi`, with
+        tighter bound of :func:`~pymc_subsample.kernels.scalable.phi.whitened_phi`, with
         distances whitened by the Laplace covariance and a sharp supremum over directions;
         with the region bounds below, 0.80 instead of 6.1 rows per step (order 2) and 29
         instead of 273 (order 1, factorised test) on a 10-feature logistic regression at
@@ -109,11 +109,11 @@ class ScalableMH(MHStep):
         ``sqrt(d) + 4``, which a Gaussian posterior leaves with probability below
         ``1e-6``). Each row's constant is then the supremum of its derivative over the
         interval its linear predictor can reach in the ball
-        (:mod:`pymc_subsample.kernels.region`), smaller than the global one, and finite
+        (:mod:`pymc_subsample.kernels.scalable.region`), smaller than the global one, and finite
         for a Poisson likelihood with a log link. Rows with an unknown scale or shape
         (Normal, Student-t, Gamma-log, NegativeBinomial-log) take the suprema of their
         partials over the box that ``(eta_i, log scale)`` can reach, with the path step
-        factor (:func:`~pymc_subsample.kernels.phi.path_phi`); they need the region.
+        factor (:func:`~pymc_subsample.kernels.scalable.phi.path_phi`); they need the region.
         A pair with a point outside the ball
         takes the exact full-data test (stat ``fallback``), so the chain stays exact.
         ``None``: global bounds (not available for Poisson).

@@ -1,12 +1,12 @@
 """ScalableMH's set-up of its bounds ``lambda_i <= phi(theta, theta') * psi_i``: where the
 control variates and bounds live (the step's space ``q`` or the predictor coordinates
 ``v(q)``: :func:`bound_coordinates`), the per-row constants ``psi_i``, the table that
-draws rows in proportion to them (:class:`~pymc_subsample.kernels.inverse_cdf.InverseCDFTable`), the whitening and the region (:class:`Bounds`).
+draws rows in proportion to them (:class:`~pymc_subsample.kernels.sampling.inverse_cdf.InverseCDFTable`), the whitening and the region (:class:`Bounds`).
 
 Cornish, Vanetti, Bouchard-Cote, Deligiannidis & Doucet (2019), "Scalable
 Metropolis-Hastings for exact Bayesian inference with large datasets": eq. 12 (the
 constants), eq. 13 (the step factor); the whitened and region forms are
-:mod:`pymc_subsample.kernels.phi`'s and :mod:`pymc_subsample.kernels.region`'s.
+:mod:`pymc_subsample.kernels.scalable.phi`'s and :mod:`pymc_subsample.kernels.scalable.region`'s.
 """
 
 from __future__ import annotations
@@ -21,14 +21,14 @@ import scipy.linalg as sla
 
 from ..engine.glm import chunk_psi, eta_is_affine, glm_psi, two_param_chunk_psi
 from ..engine.predictor import covered_predictor_map
-from ..kernels.inverse_cdf import InverseCDFTable
+from ..kernels.sampling.inverse_cdf import InverseCDFTable
 from ..kernels._validation import InvalidParameterError
 from ..passes import map_local
-from ..kernels.bounds import UpperBounds
-from ..kernels.control_variates import TaylorProxy
+from ..kernels.scalable.bounds import UpperBounds
+from ..kernels.variance.control_variates import TaylorProxy
 from ..kernels.families import auto_refusal
-from ..kernels.phi import region_phi, taylor_phi
-from ..kernels.predictor import whitening
+from ..kernels.scalable.phi import region_phi, taylor_phi
+from ..kernels.variance.predictor import whitening
 
 __all__ = ["Bounds", "BoundsRider", "bound_coordinates", "check_bound_args", "predictor_bounds",
            "q_bounds", "summed_glm_psi"]
@@ -51,7 +51,7 @@ class Bounds:
     path : bool
         Rows of two or more affine functions (a linear predictor and a log scale, and
         a log degrees of freedom for ``student_t_nu``): the path step factor, with the
-        constants of :func:`pymc_subsample.kernels.region.path_constants`.
+        constants of :func:`pymc_subsample.kernels.scalable.region.path_constants`.
     """
 
     psi: np.ndarray
@@ -179,7 +179,7 @@ class BoundsRider:
 
     The whitening ``L`` is that of the Gaussian approximation ``cov`` given here. On the
     mode search's pass it comes from the previous iterate's Hessian: any invertible
-    ``L`` gives valid bounds (:func:`pymc_subsample.kernels.predictor.whitening`), and
+    ``L`` gives valid bounds (:func:`pymc_subsample.kernels.variance.predictor.whitening`), and
     the step whitens its moves with this same ``L``, so only the bounds' tightness
     depends on it.
     """
@@ -217,7 +217,7 @@ class BoundsRider:
 def _chunk_constants(spec, order, scale, params, chol, region, J, base, y, start, stop):
     """A chunk's bound constants from its Jacobian ``J`` and predictors ``base`` at the
     centre (pairs with a log scale): :class:`BoundsRider`'s ``chunk``. Rounded up to
-    float32 here, in the pass's worker (:meth:`~pymc_subsample.kernels.bounds.
+    float32 here, in the pass's worker (:meth:`~pymc_subsample.kernels.scalable.bounds.
     UpperBounds.round_up`), not where they are stored."""
     if scale:
         psi = two_param_chunk_psi(spec.family, order, J, base, y, whiten=chol,
@@ -229,7 +229,7 @@ def _chunk_constants(spec, order, scale, params, chol, region, J, base, y, start
 
 def predictor_bounds(vmap, spec, order, theta_hat, cov, region_arg):
     """Taylor proxy, whitening, region and bound constants in the predictor coordinates
-    ``v = v(q)`` (:mod:`pymc_subsample.kernels.predictor`): one pass of a
+    ``v = v(q)`` (:mod:`pymc_subsample.kernels.variance.predictor`): one pass of a
     :class:`BoundsRider`. Returns ``(proxy, Bounds)``."""
     rider = BoundsRider(vmap, spec, order, theta_hat, cov, region_arg)
     grad, hess, psi = vmap.data_pass(vmap.v(theta_hat), order, rider.chunk)
@@ -276,7 +276,7 @@ def summed_glm_psi(engine, specs, order, theta_hat, *, whiten=None, radius=None)
     for exact Bayesian inference with large datasets", eq. 12 holds for the sum. A row
     ``f(eta_i)`` of one linear predictor has ``psi_i = sup |f^(k+1)| ||J_i L||^(k+1)``,
     which also bounds its derivative form ``|D^(k+1) U_i[v, ..., v]| / ||v||^(k+1)``, the
-    constant of the path step factor (:func:`~pymc_subsample.kernels.phi.path_phi`): so
+    constant of the path step factor (:func:`~pymc_subsample.kernels.scalable.phi.path_phi`): so
     one-parameter and two-parameter variables may be mixed, under the path factor
     (:class:`Bounds` ``path``). Each variable's pass reads the data once.
 

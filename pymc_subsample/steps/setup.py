@@ -17,7 +17,7 @@ from ..center import center_at, find_center, parse_point
 from ..engine.glm import detect_glm
 from ..engine.predictor import affine_likelihood
 from ..kernels._validation import InvalidParameterError
-from ..kernels.control_variates import (
+from ..kernels.variance.control_variates import (
     NoControlVariate,
     PredictorTaylorControlVariate,
     SagaControlVariate,
@@ -25,7 +25,7 @@ from ..kernels.control_variates import (
     TaylorControlVariate,
     importance_weights,
 )
-from ..kernels.gradient_estimators import make_estimator, saga_bytes
+from ..kernels.variance.gradient_estimators import make_estimator, saga_bytes
 
 __all__ = [
     "mode_likelihood",
@@ -101,7 +101,7 @@ def row_gradients(engine, theta) -> np.ndarray:
 def importance_weights_at(engine, theta, chol, grads=None) -> np.ndarray:
     """The row weights ``||h_i|| + L_i s`` of El hanchi (2019, "Scaling up MCMC for
     Bayesian inference using adaptive data subsampling", Sec. 5.1,
-    :func:`~pymc_subsample.kernels.control_variates.importance_weights`), with the
+    :func:`~pymc_subsample.kernels.variance.control_variates.importance_weights`), with the
     Lipschitz term measured over one move of the Laplace approximation's scale ``chol``
     (a fixed seed: set-up, not sampling), ``_BLOCK`` rows at a time. ``grads``: the
     per-row gradients at ``theta`` when already computed."""
@@ -152,7 +152,7 @@ def check_store_memory(n: int, d: int, max_memory, *, what: str, advice: str) ->
 
 def build_estimator(engine, name: str, batch_size: int, *, center=None, chol=None,
                     defensive: float = 0.1, max_memory=None, owner: str = "the step"):
-    """The gradient estimator ``name`` of :mod:`pymc_subsample.kernels.gradient_estimators`
+    """The gradient estimator ``name`` of :mod:`pymc_subsample.kernels.variance.gradient_estimators`
     (validated by the caller: ``SGLD`` or ``Langevin``), with the set-up passes it needs:
     per-row gradients at the centre for SAGA, importance weights for ``"is"``.
 
@@ -188,13 +188,13 @@ def build_estimator(engine, name: str, batch_size: int, *, center=None, chol=Non
 
 
 def control_variate(kind, engine, center=None, *, vmap=None, proxy=None, grads=None):
-    """The control variate a step holds (:class:`~pymc_subsample.kernels.control_variates.
+    """The control variate a step holds (:class:`~pymc_subsample.kernels.variance.control_variates.
     ControlVariate`).
 
     Parameters
     ----------
     kind : ControlVariateKind
-        An entry of :data:`~pymc_subsample.kernels.control_variates.CONTROL_VARIATES`:
+        An entry of :data:`~pymc_subsample.kernels.variance.control_variates.CONTROL_VARIATES`:
         ``"none"``, a Taylor proxy (``"taylor1"``, ``"taylor2"``: of its ``taylor_order``)
         or ``"saga"`` (stored per-row gradients).
     engine : LikelihoodEngine

@@ -14,7 +14,7 @@ from ..engine.analysis import ModelNotSupportedError
 from ..kernels._validation import (
     InvalidParameterError, check_batch_size, check_bytes, check_choice, check_positive,
     check_share)
-from ..kernels.gradient_estimators import ESTIMATORS, largest_eigenvalue
+from ..kernels.variance.gradient_estimators import ESTIMATORS, largest_eigenvalue
 from ..kernels.sgld import (
     SCHEDULES,
     NoiseAverage,
@@ -74,7 +74,7 @@ class SGLD(SubsampleStep):
         variable the likelihood depends on must be in ``vars`` when the estimator uses a
         centre.
     gradient : {"cv", "minibatch", "saga", "is", "is_saga"}, default "cv"
-        The gradient estimator (:mod:`pymc_subsample.kernels.gradient_estimators`):
+        The gradient estimator (:mod:`pymc_subsample.kernels.variance.gradient_estimators`):
 
         - ``"cv"``: first-order Taylor control variates about the centre (Baker et al.
           2019, Algorithm 2): each row's gradient is evaluated at ``q`` and at the centre.

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from pymc_subsample.kernels.predictor import (
+from pymc_subsample.kernels.variance.predictor import (
     predictor_sums,
     remainder_difference,
     row_loglik,

@@ -7,15 +7,15 @@ import numpy as np
 import pytest
 from scipy import special
 
-from pymc_subsample.kernels import alias as alias_mod
-from pymc_subsample.kernels import austere as austere_mod
-from pymc_subsample.kernels import barker as barker_mod
-from pymc_subsample.kernels.alias import AliasTable
-from pymc_subsample.kernels.austere import austere_test
-from pymc_subsample.kernels.barker import barker_test
-from pymc_subsample.kernels.barker_correction import default_correction
-from pymc_subsample.kernels.nonfinite import undecidable
-from pymc_subsample.kernels.rows import RowSampler
+from pymc_subsample.kernels.sampling import alias as alias_mod
+from pymc_subsample.kernels.acceptance import austere as austere_mod
+from pymc_subsample.kernels.acceptance import barker as barker_mod
+from pymc_subsample.kernels.sampling.alias import AliasTable
+from pymc_subsample.kernels.acceptance.austere import austere_test
+from pymc_subsample.kernels.acceptance.barker import barker_test
+from pymc_subsample.kernels.acceptance.barker_correction import default_correction
+from pymc_subsample.kernels.acceptance.nonfinite import undecidable
+from pymc_subsample.kernels.sampling.rows import RowSampler
 
 #: pure NumPy numerics: CI runs them on Python 3.11 only (see pyproject's markers)
 pytestmark = pytest.mark.numerics

@@ -200,7 +200,7 @@ def test_proposals_raise_invalid_parameter_error():
 
 
 def test_gradient_estimators_raise_invalid_parameter_error():
-    from pymc_subsample.kernels.gradient_estimators import (ImportanceEstimator,
+    from pymc_subsample.kernels.variance.gradient_estimators import (ImportanceEstimator,
                                                             MinibatchEstimator, make_estimator)
 
     assert MinibatchEstimator(100.0, np.int64(10)).batch_size == 10
@@ -237,8 +237,8 @@ def test_combiners_raise_invalid_parameter_error():
 
 
 def test_kernels_raise_invalid_parameter_error():
-    from pymc_subsample.kernels.austere import austere_test
-    from pymc_subsample.kernels.barker import barker_test
+    from pymc_subsample.kernels.acceptance.austere import austere_test
+    from pymc_subsample.kernels.acceptance.barker import barker_test
 
     rng = np.random.default_rng(0)
     lv = np.zeros(100)

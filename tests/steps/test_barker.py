@@ -28,7 +28,7 @@ import pymc as pm
 import pytest
 
 import pymc_subsample as pms
-from pymc_subsample.kernels.barker_correction import default_correction
+from pymc_subsample.kernels.acceptance.barker_correction import default_correction
 
 from pymc_subsample.testing import ess, mcse_mean, mcse_sd, posterior, sample_stats
 from tests.conftest import (

@@ -27,7 +27,7 @@ from pymc_subsample.engine import LikelihoodEngine
 from pymc_subsample.engine.groups import GroupStructure, NotFound, find_groups
 from pymc_subsample.kernels.families import get_family
 from pymc_subsample.kernels.hierarchical import GroupRows, draw_events, eb_fit, thinning_rates
-from pymc_subsample.kernels.predictor import remainder_difference, row_loglik
+from pymc_subsample.kernels.variance.predictor import remainder_difference, row_loglik
 from pymc_subsample.steps.hierarchical import HierarchicalSweep
 from pymc_subsample.steps.hierarchical.block_moves import HyperMarginal
 from pymc_subsample.steps.hierarchical.factorised import FactorisedTest

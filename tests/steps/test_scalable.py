@@ -34,8 +34,8 @@ import scipy.optimize
 from scipy import stats
 
 import pymc_subsample as pms
-from pymc_subsample.kernels.phi import path_phi, taylor_phi, whitened_phi
-from pymc_subsample.kernels.thinning import BoundViolationError
+from pymc_subsample.kernels.scalable.phi import path_phi, taylor_phi, whitened_phi
+from pymc_subsample.kernels.scalable.thinning import BoundViolationError
 
 from pymc_subsample.testing import batch_means_ess, batch_means_se, posterior, sample_stats
 from tests.conftest import bernoulli_logit_draws, logistic_data, logistic_model, run_sample

@@ -5,14 +5,14 @@ NegativeBinomial with a log link and unknown shape).
 What is checked, for each family:
 
 * ``lambda_i <= phi psi_i`` on every row for random pairs in the region, with the
-  path bound (:func:`pymc_subsample.kernels.phi.path_phi`), and not vacuous;
+  path bound (:func:`pymc_subsample.kernels.scalable.phi.path_phi`), and not vacuous;
 * exactness: the draws of ``(a, b, log scale)`` match an importance-sampling reference of
   the posterior in the step's unconstrained space within ``Z_TOL`` Monte Carlo standard
   errors (order 2; order 1 for the Normal family, the others in the slow suite);
 * few rows per step.
 
-The path bound itself is tested in ``tests/kernels/test_thinning.py`` and the partials'
-suprema against PyTensor's autodiff in ``tests/kernels/test_region.py``.
+The path bound itself is tested in ``tests/kernels/scalable/test_thinning.py`` and the partials'
+suprema against PyTensor's autodiff in ``tests/kernels/scalable/test_region.py``.
 """
 
 from __future__ import annotations

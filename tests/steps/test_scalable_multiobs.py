@@ -31,8 +31,8 @@ from scipy.special import expit
 
 import pymc_subsample as pms
 from pymc_subsample.engine.glm import detect_glm, detect_glms, glm_psi
-from pymc_subsample.kernels.phi import path_phi, whitened_phi
-from pymc_subsample.kernels.thinning import BoundViolationError
+from pymc_subsample.kernels.scalable.phi import path_phi, whitened_phi
+from pymc_subsample.kernels.scalable.thinning import BoundViolationError
 from pymc_subsample.steps import scalable_bounds
 from pymc_subsample.testing import posterior, sample_stats
 from tests.steps.test_scalable import (

@@ -9,7 +9,7 @@ ordered transform (and a cumulative sum of HalfNormal increments), checked:
 * exactness against an importance-sampling reference of the posterior in ``q`` (slow).
 
 The enclosures themselves are checked on dense grids in
-``tests/kernels/test_family_ordered.py``.
+``tests/kernels/scalable/test_ordered.py``.
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ import pymc_subsample as pms
 from pymc_subsample.engine.ordered import OrderedSpec, cut_structure
 from pymc_subsample.engine.softmax import detect_specs
 from pymc_subsample.kernels.families import REFUSAL_LIMIT
-from pymc_subsample.kernels.phi import path_phi
-from pymc_subsample.kernels.thinning import BoundViolationError
+from pymc_subsample.kernels.scalable.phi import path_phi
+from pymc_subsample.kernels.scalable.thinning import BoundViolationError
 from pymc_subsample.testing import posterior, sample_stats
 from tests.steps.test_scalable import SEED, _is_reference, _posterior_cov, _sample, assert_matches
 

@@ -10,12 +10,12 @@ What is checked:
 * ``lambda_i <= phi psi_i`` on every row for random pairs in the region (whitened
   region and global bounds, and eq. 12's ``bound_form="cornish"``), not vacuous; the same
   check catches the constants divided by 10 (its power), and so does the sampler itself
-  (:class:`~pymc_subsample.kernels.thinning.BoundViolationError`);
+  (:class:`~pymc_subsample.kernels.scalable.thinning.BoundViolationError`);
 * exactness (slow): the draws of ``q`` match an importance-sampling reference of the
   posterior within ``Z_TOL`` Monte Carlo standard errors, with few rows read per step.
 
 The bound formulas are checked against brute-force maxima in
-``tests/kernels/test_softmax_bounds.py``.
+``tests/kernels/scalable/test_softmax.py``.
 """
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ from scipy.special import logsumexp
 import pymc_subsample as pms
 from pymc_subsample.engine.softmax import SoftmaxSpec, detect_specs
 from pymc_subsample.kernels.families import REFUSAL_LIMIT
-from pymc_subsample.kernels.phi import path_phi, taylor_phi
-from pymc_subsample.kernels.thinning import BoundViolationError
+from pymc_subsample.kernels.scalable.phi import path_phi, taylor_phi
+from pymc_subsample.kernels.scalable.thinning import BoundViolationError
 from pymc_subsample.testing import sample_stats
 from tests.steps.test_scalable import (
     SEED,

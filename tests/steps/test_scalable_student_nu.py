@@ -19,7 +19,7 @@ What is checked:
 * a fast smoke run; refusals of forms of ``nu`` that are not supported.
 
 The partials' formulas are checked against autodiff on dense grids in
-``tests/kernels/test_family_student_nu.py``.
+``tests/kernels/families/test_family_student_nu.py``.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ A sampled ``alpha`` as well as a sampled ``psi`` makes three row coordinates: th
 ``zeroinflated_negbinomial_both`` (``tests/steps/test_scalable_zinb_both.py``; with ``psi``
 fixed a sampled ``alpha`` is ``tests/steps/test_scalable_zinb_alpha.py``'s). The bounds'
 formulas are checked against autodiff on dense grids in
-``tests/kernels/test_family_zeroinflated.py``.
+``tests/kernels/families/test_family_zeroinflated.py``.
 """
 
 from __future__ import annotations

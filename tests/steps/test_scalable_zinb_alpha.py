@@ -16,7 +16,7 @@ What is checked:
   rows read per step.
 
 The enclosures themselves are checked on dense grids in
-``tests/kernels/test_family_zinb_alpha.py``.
+``tests/kernels/families/test_family_zinb_alpha.py``.
 """
 
 from __future__ import annotations

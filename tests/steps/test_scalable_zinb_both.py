@@ -16,7 +16,7 @@ What is checked:
   read per step; the benchmark's N = 10^5 reads far fewer).
 
 The enclosures themselves are checked on dense grids in
-``tests/kernels/test_family_zinb_both.py``.
+``tests/kernels/families/test_family_zinb_both.py``.
 """
 
 from __future__ import annotations
@@ -152,7 +152,7 @@ def test_shifted_alpha_is_refused_briefly():
     raised from the family with the recognised parameters)."""
     from pymc_subsample.engine.glm import detect_glm
     from pymc_subsample.kernels.families import REFUSAL_LIMIT
-    from pymc_subsample.kernels.region import local_supd
+    from pymc_subsample.kernels.scalable.region import local_supd
 
     prob = ZINBBothProblem(n=60)
     with pm.Model() as model:

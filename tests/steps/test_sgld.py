@@ -27,7 +27,7 @@ import pytest
 
 import pymc_subsample as pms
 from pymc_subsample.engine.analysis import ModelNotSupportedError
-from pymc_subsample.kernels import gradient_estimators as ge
+from pymc_subsample.kernels.variance import gradient_estimators as ge
 from pymc_subsample.kernels import sgld as sgld_kernel
 
 from pymc_subsample.testing import ess, mcse_mean, mcse_sd, posterior, sample_stats

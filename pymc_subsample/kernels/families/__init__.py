@@ -14,10 +14,10 @@ per family (a :class:`GLMFamily`):
   detect_glm`, and the text of :func:`supported_text`;
 * the supremum of ``|f^(m)|`` over the whole line (:meth:`GLMFamily.sup_derivative`,
   their eq. 12) and over an interval of ``eta`` (:meth:`GLMFamily.local_sup`, the region
-  bounds of :mod:`pymc_subsample.kernels.region`);
+  bounds of :mod:`pymc_subsample.kernels.scalable.region`);
 * for rows with two parameters, the closed-form m-th partials in ``(eta, s)`` evaluated on
   a box (:meth:`GLMFamily.box_partials`, interval arithmetic of
-  :mod:`pymc_subsample.kernels.interval`);
+  :mod:`pymc_subsample.kernels.scalable.interval`);
 * the row log-likelihood and its derivatives in ``eta`` (:meth:`GLMFamily.row_loglik`),
   or the standard log density of a location-scale row (:meth:`GLMFamily.standard_logpdf`),
   for the control variates in predictor coordinates (:mod:`pymc_subsample.kernels.
@@ -38,8 +38,8 @@ per family or close group (:mod:`.bernoulli`, :mod:`.location`, :mod:`.counts`,
 :mod:`.zeroinflated_poisson`, :mod:`.censored`, :mod:`.zinb`, :mod:`.zinb_alpha`,
 :mod:`.zinb_both`, :mod:`.student_nu`), and the registry here. A new family is one
 module and one line of :data:`_BUILTIN` (or a :func:`register` call of one's own).
-:mod:`~pymc_subsample.kernels.bounds`, :mod:`~pymc_subsample.kernels.region` and
-:mod:`~pymc_subsample.kernels.predictor` keep their functions taking a family name and
+:mod:`~pymc_subsample.kernels.scalable.bounds`, :mod:`~pymc_subsample.kernels.scalable.region` and
+:mod:`~pymc_subsample.kernels.variance.predictor` keep their functions taking a family name and
 dispatch here.
 
 Nothing here imports PyMC or PyTensor.

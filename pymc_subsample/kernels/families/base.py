@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..interval import Interval
+from ..scalable.interval import Interval
 
 __all__ = ["FamilyCapabilityError", "GLMFamily"]
 
@@ -214,7 +214,7 @@ class GLMFamily:
 
     def global_sup_args(self, params: dict):
         """``(scale, sup_params)`` with which
-        :func:`pymc_subsample.kernels.bounds.glm_bound_constants` computes the global
+        :func:`pymc_subsample.kernels.scalable.bounds.glm_bound_constants` computes the global
         constants of rows with fixed parameters ``params``: a per-row factor of the
         linear predictor and the parameters of :meth:`sup_derivative` (by default none
         and ``params``)."""
@@ -226,14 +226,14 @@ class GLMFamily:
         raise self._lacks("interval_bound", "no bound over an interval of eta")
 
     def box_partials(self, m: int, E: Interval, S: Interval, y, **params) -> list:
-        """Enclosures (:class:`~pymc_subsample.kernels.interval.Interval`) of the m-th
+        """Enclosures (:class:`~pymc_subsample.kernels.scalable.interval.Interval`) of the m-th
         partials ``d^m l / d eta^j d s^(m-j)``, in the order ``j = 0..m``, of the row log
         density over the box ``E x S`` (two-parameter rows); ``y`` the responses."""
         raise self._lacks("box_bound", "no partials over a box")
 
     def box_partials_d(self, m: int, boxes, y, **params) -> list:
         """Enclosures of the m-th partials of the row log density over the box
-        ``boxes[0] x ... x boxes[d-1]`` (one :class:`~pymc_subsample.kernels.interval.
+        ``boxes[0] x ... x boxes[d-1]`` (one :class:`~pymc_subsample.kernels.scalable.interval.
         Interval` per row coordinate, ``d =`` :attr:`n_coords`), in the order of
         :func:`~pymc_subsample.kernels.families.partials.multi_indices` ``(m, d)``. By
         default, for two coordinates, :meth:`box_partials`; families with

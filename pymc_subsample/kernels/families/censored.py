@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 from scipy.special import log_ndtr
 
-from ..interval import Interval
+from ..scalable.interval import Interval
 from .base import GLMFamily
 from .location import _FixedScale
 from .partials import (

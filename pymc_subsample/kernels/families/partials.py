@@ -2,7 +2,7 @@
 derivatives and their enclosures, the location-scale partials, and the per-row box
 arithmetic of families whose rows differ by type (zero rows, censored rows).
 
-Every interval here is an :class:`~pymc_subsample.kernels.interval.Interval`; the
+Every interval here is an :class:`~pymc_subsample.kernels.scalable.interval.Interval`; the
 order of partials is that of :func:`multi_indices`.
 
 Nothing here imports PyMC or PyTensor.
@@ -17,7 +17,7 @@ import numpy as np
 from scipy.special import log_ndtr
 
 from .._validation import check_finite_positive
-from ..interval import Interval
+from ..scalable.interval import Interval
 
 
 #: sup_s |s (1 - s)(1 - 2 s)| over s in (0, 1), attained at s = 1/2 -+ 1/(2 sqrt 3).
@@ -187,7 +187,7 @@ def _logphi_enclosure(k, tl, th):
 def multi_indices(m: int, d: int) -> tuple:
     """The multi-indices ``j = (j_1, ..., j_d)``, ``j_k >= 0``, ``|j| = m``, in ascending
     lexicographic order: the order of the columns of
-    :func:`pymc_subsample.kernels.region.local_supd`. For ``d = 2`` they are
+    :func:`pymc_subsample.kernels.scalable.region.local_supd`. For ``d = 2`` they are
     ``(0, m), (1, m - 1), ..., (m, 0)``: column ``j`` is the partial with ``j``
     derivatives in the first coordinate, the order of
     :meth:`~pymc_subsample.kernels.families.GLMFamily.box_partials`."""

@@ -11,10 +11,10 @@ in the coordinates ``eta``, ``s = log sigma`` and ``t = log(nu - c)``, ``nu = c 
 (``c >= 0`` a fixed shift: ``c = 0`` for ``nu ~ Gamma(2, 0.1)``, ``c = 1`` for
 ``nu = 1 + pm.Exponential(...)``). Each of ScalableMH's row constants (Cornish et al.
 2019, "Scalable Metropolis-Hastings for exact Bayesian inference with large datasets",
-eq. 12, in the path form of :func:`pymc_subsample.kernels.phi.path_phi`) needs the
+eq. 12, in the path form of :func:`pymc_subsample.kernels.scalable.phi.path_phi`) needs the
 suprema of the m-th partials (m = 2, 3) over a box of the three coordinates
-(:func:`pymc_subsample.kernels.region.local_supd`). They are closed forms, evaluated
-with interval arithmetic (:class:`~pymc_subsample.kernels.interval.Interval`).
+(:func:`pymc_subsample.kernels.scalable.region.local_supd`). They are closed forms, evaluated
+with interval arithmetic (:class:`~pymc_subsample.kernels.scalable.interval.Interval`).
 
 Derivation (docs/engine.md, "Student-t with an unknown nu"). With ``u = T^2``,
 ``D = nu + u``, ``w = e^t`` and ``H_k = d^k G / dT^k`` at fixed ``nu``:
@@ -62,7 +62,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..interval import Interval
+from ..scalable.interval import Interval
 from .base import GLMFamily
 from .partials import multi_indices
 
@@ -307,7 +307,7 @@ class StudentTNu(GLMFamily):
 
     def box_partials_d(self, m, boxes, y, **params):
         """Enclosures of the m-th partials over ``E x S x T`` in the order of
-        :func:`pymc_subsample.kernels.region.multi_indices` ``(m, 3)``
+        :func:`pymc_subsample.kernels.scalable.region.multi_indices` ``(m, 3)``
         (:func:`student_nu_partials`)."""
         E, S, T_box = boxes
         parts = student_nu_partials(m, E, (-S).exp(), T_box, np.asarray(y, np.float64),

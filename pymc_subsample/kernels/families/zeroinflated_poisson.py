@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 from scipy.special import expit, log_expit
 
-from ..interval import Interval
+from ..scalable.interval import Interval
 from .base import GLMFamily
 from .partials import _ZI_ETA_MAX, _logit_psi, _per_row_box, _pieces, _rows_where
 
@@ -65,7 +65,7 @@ class ZeroInflatedPoissonLog(GLMFamily):
     ``eta`` are bounded (they carry ``e^-x`` as ``x`` grows and ``x`` as it shrinks):
     ``l'' = x W (x V - 1)``, ``l''' = -x W (x^2 V (V - W) - 3 x V + 1)``,
     ``W = sigmoid(r - x)``, ``V = 1 - W``. Their suprema over ``[lo, hi]`` are enclosed
-    by interval arithmetic (:mod:`~pymc_subsample.kernels.interval`) on sub-intervals of
+    by interval arithmetic (:mod:`~pymc_subsample.kernels.scalable.interval`) on sub-intervals of
     width at most 0.05: an upper bound, not the exact supremum (docs/engine.md,
     "Zero-inflated Poisson")."""
 

@@ -11,7 +11,7 @@ import math
 import numpy as np
 from scipy.special import expit, log_expit
 
-from ..interval import Interval
+from ..scalable.interval import Interval
 from .base import GLMFamily
 from .partials import _logit_psi, _per_row_box, _pieces, _rows_where
 

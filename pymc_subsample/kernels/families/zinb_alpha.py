@@ -5,7 +5,7 @@ positive free variable (``pm.Exponential("alpha", 1)``, sampled on the log scale
 ``psi`` fixed: rows of ``(eta, s = log alpha)``, two-parameter rows whose m-th partials
 over a box (:meth:`ZeroInflatedNegBinomialAlpha.box_partials`) feed ScalableMH's path
 bound (Cornish et al. 2019, "Scalable Metropolis-Hastings for exact Bayesian inference
-with large datasets", eq. 12 over a region; :func:`pymc_subsample.kernels.region.
+with large datasets", eq. 12 over a region; :func:`pymc_subsample.kernels.scalable.region.
 path_constants`). The derivation is in docs/engine.md, "Zero-inflated NegativeBinomial
 with a sampled shape".
 
@@ -26,7 +26,7 @@ from __future__ import annotations
 import numpy as np
 from scipy.special import expit
 
-from ..interval import Interval
+from ..scalable.interval import Interval
 from .base import GLMFamily
 from .counts import NegBinomialLog
 from .partials import _logit_psi, _per_row_box, _rows_where

@@ -7,14 +7,14 @@ depends on the step's unconstrained vector ``q`` through three affine coordinate
 
     eta (the linear predictor),   r = logit psi,   s = log alpha,
 
-in that order (the columns of :func:`pymc_subsample.kernels.region.multi_indices`
+in that order (the columns of :func:`pymc_subsample.kernels.scalable.region.multi_indices`
 ``(m, 3)`` are ``(j_eta, j_r, j_s)``). ScalableMH's row constants (Cornish et al. 2019,
 "Scalable Metropolis-Hastings for exact Bayesian inference with large datasets", eq. 12
 in its whitened region form; the path bound of
-:func:`pymc_subsample.kernels.region.path_constant_d`) need the suprema of every m-th
+:func:`pymc_subsample.kernels.scalable.region.path_constant_d`) need the suprema of every m-th
 partial (m = 2, 3) over a box of the three coordinates
-(:func:`pymc_subsample.kernels.region.local_supd`), enclosed here with interval
-arithmetic (:class:`~pymc_subsample.kernels.interval.Interval`). The derivation is in
+(:func:`pymc_subsample.kernels.scalable.region.local_supd`), enclosed here with interval
+arithmetic (:class:`~pymc_subsample.kernels.scalable.interval.Interval`). The derivation is in
 docs/engine.md, "Zero-inflated NegativeBinomial with psi and alpha sampled".
 
 Derivation. With ``mu = e^eta``, ``a = e^s``, ``P = sigmoid(r)`` (= psi), ``Q = 1 - P``:
@@ -50,7 +50,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..interval import Interval
+from ..scalable.interval import Interval
 from .base import GLMFamily
 from .counts import NegBinomialLog
 from .messages import auto_refusal
@@ -151,7 +151,7 @@ def zinb_both_partials(m: int, E: Interval, R: Interval, S: Interval, y) -> list
     """Enclosures of the m-th partials ``d^m l / d eta^j_e d r^j_r d s^j_s`` of the
     zero-inflated NegativeBinomial row log density over the box ``E x R x S``
     (``r = logit psi``, ``s = log alpha``), in the order of
-    :func:`pymc_subsample.kernels.region.multi_indices` ``(m, 3)``.
+    :func:`pymc_subsample.kernels.scalable.region.multi_indices` ``(m, 3)``.
 
     Parameters
     ----------
@@ -225,7 +225,7 @@ class ZeroInflatedNegBinomialBoth(GLMFamily):
     def box_partials_d(self, m, boxes, y, n_shift=0.0, **params):
         """Enclosures of the m-th partials over ``E x R x S`` (``R``: ``logit psi``,
         ``S``: ``log alpha``) in the order of
-        :func:`pymc_subsample.kernels.region.multi_indices` ``(m, 3)``
+        :func:`pymc_subsample.kernels.scalable.region.multi_indices` ``(m, 3)``
         (:func:`zinb_both_partials`). ``n_shift``: the ``c`` of ``alpha = c + x`` found by
         recognition; only ``c = 0`` is supported."""
         if float(n_shift or 0.0) != 0.0:

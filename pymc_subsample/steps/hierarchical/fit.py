@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...kernels.hierarchical import GroupRows, GroupTaylor, SmallRows, eb_fit
-from ...kernels.predictor import row_loglik
+from ...kernels.variance.predictor import row_loglik
 
 __all__ = ["SweepFit"]
 

@@ -1,0 +1,1 @@
+"""Tests of ``pymc_subsample.kernels.scalable``."""
