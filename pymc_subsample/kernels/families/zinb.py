@@ -93,7 +93,26 @@ def _positive_alpha(params, family):
     return alpha
 
 
-class ZeroInflatedNegBinomialLog(GLMFamily):
+class ZINBMeanFamily(GLMFamily):
+    """What the four zero-inflated NegativeBinomial families share: the PyMC mixture
+    ``pm.ZeroInflatedNegativeBinomial(psi, mu=pm.math.exp(eta), alpha)`` read as its
+    weights, zero and NegativeBinomial components, with a log mean. Not registered
+    itself: the families below (and in :mod:`.zinb_alpha`, :mod:`.zinb_both`) state
+    which of ``psi`` and ``alpha`` are fixed or free."""
+
+    label = "ZeroInflatedNegativeBinomial"
+    distribution = "MixtureRV"
+    dist_params = ("w", "zero", "count")
+    param_reader = "zero_inflated"
+    component = "NegBinomialRV"
+    derived_params = ("psi", "n", "p")
+    link = "log_mean_negbinomial"
+    link_hint = "a log link (use mu=pm.math.exp(eta))"
+    needs_y = True
+    param_labels = {"psi": "zero-inflation probability psi", "n": "shape alpha"}
+
+
+class ZeroInflatedNegBinomialLog(ZINBMeanFamily):
     """Zero-inflated NegativeBinomial with a log link, ``psi`` in (0, 1) and shape
     ``alpha`` fixed: ``p(0) = 1 - psi + psi (a / (a + mu))^a``, ``p(y) = psi NB(y | mu, a)``
     for ``y > 0``, ``mu = e^eta``. Count rows: ``f'' = (y + a) p q``,
@@ -104,20 +123,10 @@ class ZeroInflatedNegBinomialLog(GLMFamily):
 
     name = "zeroinflated_negbinomial_log"
     aliases = ("zinb",)
-    label = "ZeroInflatedNegativeBinomial"
     description = ("pm.ZeroInflatedNegativeBinomial(psi, mu=pm.math.exp(eta), alpha) with "
                    "psi and alpha fixed")
-    distribution = "MixtureRV"
-    dist_params = ("w", "zero", "count")
-    param_reader = "zero_inflated"
-    component = "NegBinomialRV"
-    derived_params = ("psi", "n", "p")
-    link = "log_mean_negbinomial"
-    link_hint = "a log link (use mu=pm.math.exp(eta))"
     fixed_params = ("psi", "n")
-    needs_y = True
     unbounded = "region bounds only (the suprema are taken over intervals)"
-    param_labels = {"psi": "zero-inflation probability psi", "n": "shape alpha"}
 
     def local_sup(self, m, lo, hi, *, y=None, **params):
         """Region bound: interval enclosures of ``|l^(m)|`` over sub-intervals."""
@@ -158,29 +167,19 @@ class ZeroInflatedNegBinomialLog(GLMFamily):
         return (l0, l1, l2)
 
 
-class ZeroInflatedNegBinomialLogit(GLMFamily):
+class ZeroInflatedNegBinomialLogit(ZINBMeanFamily):
     """Zero-inflated NegativeBinomial with a log link, fixed shape ``alpha`` and ``psi`` a
     free variable in (0, 1) sampled on the logit scale: rows of ``(eta, r = logit psi)``
     with the partials of :func:`_zinb_partials`."""
 
     name = "zeroinflated_negbinomial_logit"
-    label = "ZeroInflatedNegativeBinomial"
     description = ("pm.ZeroInflatedNegativeBinomial(psi, mu=pm.math.exp(eta), alpha) with "
                    "alpha fixed and psi a free variable in (0, 1) (logit-transformed)")
-    distribution = "MixtureRV"
-    dist_params = ("w", "zero", "count")
-    param_reader = "zero_inflated"
-    component = "NegBinomialRV"
-    derived_params = ("psi", "n", "p")
-    link = "log_mean_negbinomial"
-    link_hint = "a log link (use mu=pm.math.exp(eta))"
     fixed_params = ("n",)
     scale_param = "psi"
     scale_transform = "logit"
     free_params = ("psi",)
-    needs_y = True
     unbounded = "the derivatives in logit psi need region bounds"
-    param_labels = {"psi": "zero-inflation probability psi", "n": "shape alpha"}
 
     def box_partials(self, m, E, S, y, **params):
         """:func:`_zinb_partials` (``S``: the interval of ``r = logit psi``)."""

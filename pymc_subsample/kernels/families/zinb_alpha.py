@@ -27,9 +27,9 @@ import numpy as np
 from scipy.special import expit
 
 from ..scalable.interval import Interval
-from .base import GLMFamily
 from .counts import NegBinomialLog
 from .partials import _logit_psi, _per_row_box, _rows_where
+from .zinb import ZINBMeanFamily
 
 __all__ = ["ZeroInflatedNegBinomialAlpha", "softplus_minus_sigmoid"]
 
@@ -136,7 +136,7 @@ def zinb_alpha_zero_partials(m: int, E: Interval, S: Interval, r) -> list:
 _NB = NegBinomialLog()
 
 
-class ZeroInflatedNegBinomialAlpha(GLMFamily):
+class ZeroInflatedNegBinomialAlpha(ZINBMeanFamily):
     """Zero-inflated NegativeBinomial with a log link, ``psi`` in (0, 1) fixed and the
     shape ``alpha`` a positive free variable sampled on the log scale: rows of
     ``(eta, s = log alpha)``. Count rows have the partials of
@@ -146,23 +146,13 @@ class ZeroInflatedNegBinomialAlpha(GLMFamily):
 
     name = "zeroinflated_negbinomial_alpha"
     aliases = ("zinb_alpha",)
-    label = "ZeroInflatedNegativeBinomial"
     description = ("pm.ZeroInflatedNegativeBinomial(psi, mu=pm.math.exp(eta), alpha) with "
                    "psi fixed and alpha a positive free variable")
-    distribution = "MixtureRV"
-    dist_params = ("w", "zero", "count")
-    param_reader = "zero_inflated"
-    component = "NegBinomialRV"
-    derived_params = ("psi", "n", "p")
-    link = "log_mean_negbinomial"
-    link_hint = "a log link (use mu=pm.math.exp(eta))"
     fixed_params = ("psi",)
     scale_param = "n"
     free_params = ("n",)
-    needs_y = True
     support = "count"  # the non-negative integers (GLMFamily.support, where declared)
     unbounded = "the derivatives in the log shape are unbounded"
-    param_labels = {"psi": "zero-inflation probability psi", "n": "shape alpha"}
 
     def box_partials(self, m, E, S, y, psi=None, **params):
         """Count rows: :meth:`NegBinomialLog.box_partials`; zero rows:

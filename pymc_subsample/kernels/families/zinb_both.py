@@ -51,10 +51,10 @@ from __future__ import annotations
 import numpy as np
 
 from ..scalable.interval import Interval
-from .base import GLMFamily
 from .counts import NegBinomialLog
 from .messages import auto_refusal
 from .partials import _rows_where, multi_indices
+from .zinb import ZINBMeanFamily
 from .zinb_alpha import _log_p0_partials
 
 __all__ = ["ZeroInflatedNegBinomialBoth", "zinb_both_partials"]
@@ -184,7 +184,7 @@ def zinb_both_partials(m: int, E: Interval, R: Interval, S: Interval, y) -> list
     return [_rows_where(zero, a, b) for a, b in zip(parts, count)]
 
 
-class ZeroInflatedNegBinomialBoth(GLMFamily):
+class ZeroInflatedNegBinomialBoth(ZINBMeanFamily):
     """Zero-inflated NegativeBinomial with a log link, ``psi`` a free variable in (0, 1)
     sampled on the logit scale and the shape ``alpha`` a positive free variable sampled
     on the log scale: three row coordinates ``(eta, logit psi, log alpha)``, the path
@@ -197,25 +197,15 @@ class ZeroInflatedNegBinomialBoth(GLMFamily):
 
     name = "zeroinflated_negbinomial_both"
     aliases = ("zinb_both",)
-    label = "ZeroInflatedNegativeBinomial"
     description = ("pm.ZeroInflatedNegativeBinomial(psi, mu=pm.math.exp(eta), alpha) with "
                    "psi a free variable in (0, 1) and alpha a positive free variable")
-    distribution = "MixtureRV"
-    dist_params = ("w", "zero", "count")
-    param_reader = "zero_inflated"
-    component = "NegBinomialRV"
-    derived_params = ("psi", "n", "p")
-    link = "log_mean_negbinomial"
-    link_hint = "a log link (use mu=pm.math.exp(eta))"
     scale_param = "psi"
     scale_transform = "logit"
     free_params = ("psi", "n")
     #: the third row coordinate: ``s = log alpha`` (engine.glm)
     extra_coords = ("n",)
-    needs_y = True
     support = "count"
     unbounded = "the derivatives in logit psi and log alpha need region bounds"
-    param_labels = {"psi": "zero-inflation probability psi", "n": "shape alpha"}
 
     def box_partials(self, m, E, S, y, **params):
         """Not defined for two coordinates: :meth:`box_partials_d` takes the three."""
