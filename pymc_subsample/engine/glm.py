@@ -267,6 +267,10 @@ def _family_params(family, values):
     params = dict(zip(family.dist_params, values))
     if family.param_reader is None:
         return params
+    if len(values) != len(family.dist_params):
+        # another op layout (a NormalMixture's ``(w, components)``, a mixture of three):
+        # not the family's structure
+        return None
     derived = PARAM_READERS[family.param_reader](params, family)
     return None if derived is None else {**params, **derived}
 
