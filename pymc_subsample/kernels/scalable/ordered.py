@@ -260,6 +260,35 @@ def _check_link(link):
         raise ValueError(f"ordered rows: link must be one of {ORDERED_LINKS}, got {link!r}.")
 
 
+def _middle_gaps(link, m, P, B, c_hat, L, q_hat_s, rows_s, radius):
+    """The gap ``d = c_k - c_{k-1}`` of the middle categories ``k = 1..K-2`` over the
+    whitened ball: its lower end per category and, for the logit link, the bound ``Md``
+    of the data-free term ``h(d)`` (module docstring); ``Md`` is None for the probit."""
+    K = c_hat.size + 1
+    Md = None
+    kk = np.arange(1, K - 1)
+    dp, db = P[kk] - P[kk - 1], B[kk] - B[kk - 1]
+    gd, exd, T2d, T3d = cut_scalars(dp, db, L, q_hat_s, rows_s, radius)
+    d_hat = c_hat[kk] - c_hat[kk - 1]
+    T1d = np.linalg.norm(gd, axis=1) * (1 + _MARGIN) + exd
+    # range of d: the ray bound, or the interval of its affine and exp parts
+    lo_ray = d_hat - T1d * radius
+    rs = np.asarray(rows_s, dtype=np.int64)
+    eq = np.exp(np.asarray(q_hat_s, dtype=np.float64))
+    if rs.size:
+        rho = np.linalg.norm(np.asarray(L, dtype=np.float64)[rs], axis=1)
+        lo_e = np.minimum(db * eq * np.expm1(rho * radius), db * eq * np.expm1(-rho * radius))
+        aff = np.linalg.norm(dp @ L, axis=1) * (1 + _MARGIN) * radius
+        lo_int = d_hat - aff + lo_e.sum(axis=1)
+    else:
+        lo_int = d_hat - np.linalg.norm(dp @ L, axis=1) * (1 + _MARGIN) * radius
+    d_low = np.maximum(lo_ray, lo_int) - 1e-9 * (1.0 + np.abs(d_hat))
+    if link == "logit":
+        Sd = [h_sup(k, d_low) for k in (1, 2, 3)]
+        Md = compose(m, Sd, (T1d, T2d, T3d))
+    return Md, d_low
+
+
 def ordered_constants(link, order, y, eta_hat, G_eta, c_hat, P, B, q_hat_s, rows_s, L,
                       radius) -> np.ndarray:
     """Per-row constants ``M_i`` (module docstring) of a chunk of ordered rows.
@@ -335,26 +364,7 @@ def ordered_constants(link, order, y, eta_hat, G_eta, c_hat, P, B, q_hat_s, rows
     # the bound of the data-free term h(d)
     Md = d_low = None
     if np.any(mid) and K >= 3:
-        kk = np.arange(1, K - 1)
-        dp, db = P[kk] - P[kk - 1], B[kk] - B[kk - 1]
-        gd, exd, T2d, T3d = cut_scalars(dp, db, L, q_hat_s, rows_s, radius)
-        d_hat = c_hat[kk] - c_hat[kk - 1]
-        T1d = np.linalg.norm(gd, axis=1) * (1 + _MARGIN) + exd
-        # range of d: the ray bound, or the interval of its affine and exp parts
-        lo_ray = d_hat - T1d * radius
-        rs = np.asarray(rows_s, dtype=np.int64)
-        eq = np.exp(np.asarray(q_hat_s, dtype=np.float64))
-        if rs.size:
-            rho = np.linalg.norm(np.asarray(L, dtype=np.float64)[rs], axis=1)
-            lo_e = np.minimum(db * eq * np.expm1(rho * radius), db * eq * np.expm1(-rho * radius))
-            aff = np.linalg.norm(dp @ L, axis=1) * (1 + _MARGIN) * radius
-            lo_int = d_hat - aff + lo_e.sum(axis=1)
-        else:
-            lo_int = d_hat - np.linalg.norm(dp @ L, axis=1) * (1 + _MARGIN) * radius
-        d_low = np.maximum(lo_ray, lo_int) - 1e-9 * (1.0 + np.abs(d_hat))
-        if link == "logit":
-            Sd = [h_sup(k, d_low) for k in (1, 2, 3)]
-            Md = compose(m, Sd, (T1d, T2d, T3d))
+        Md, d_low = _middle_gaps(link, m, P, B, c_hat, L, q_hat_s, rows_s, radius)
     cat = np.clip(y - 1, 0, max(K - 3, 0))
     if link == "probit":
         # y = 0: log Phi(a); y = K - 1: log Phi(-b)
