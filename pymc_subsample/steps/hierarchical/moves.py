@@ -21,6 +21,7 @@ through the data-free ratio. The hyperparameter and fixed-effect moves are in
 
 from __future__ import annotations
 
+import abc
 import math
 
 import numpy as np
@@ -66,7 +67,7 @@ class GroupCoordinates:
         return self.term.effects(q, self.loc_scale(q) if loc_scale is None else loc_scale)
 
 
-class Move:
+class Move(abc.ABC):
     """One move of the sweep, on the sweep's shared parts: its ``fit``
     (:class:`~pymc_subsample.steps.hierarchical.fit.SweepFit`), its factorised ``test``
     and the term's :class:`GroupCoordinates`.
@@ -86,8 +87,10 @@ class Move:
         self.fit, self.test, self.coords = fit, test, coords
         self.s, self.term = fit.s, fit.term
 
+    @abc.abstractmethod
     def apply(self, q, rng, prior, st, tune):
-        raise NotImplementedError
+        """Make the move from ``q``: returns ``(q, rows read, accepted share)``
+        (:class:`GroupMove` and :class:`BlockMove` implement it)."""
 
     def _db(self, q):
         """The fixed effects at ``q`` as ``beta - beta_hat``."""
