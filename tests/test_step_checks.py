@@ -95,3 +95,13 @@ def test_validation_and_errors_are_public():
     assert issubclass(pms.InvalidParameterError, TypeError)
     with pytest.raises(ValueError, match="batch_size"):
         validation.check_batch_size(0, "batch_size", 100)
+
+
+@pytest.mark.parametrize("scaling, match", [(-1.0, "positive and finite"),
+                                             ([1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0], "one value per"),
+                                             (np.nan, "positive and finite")])
+def test_bad_scaling_raises_the_public_error(scaling, match):
+    """The MH steps' ``scaling`` refusals are the public error type, naming the argument."""
+    with small_model():
+        with pytest.raises(pms.InvalidParameterError, match=f"scaling.*{match}"):
+            pms.AustereMH(scaling=scaling)

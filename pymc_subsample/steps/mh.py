@@ -20,7 +20,7 @@ from abc import abstractmethod
 import numpy as np
 
 from ..engine.groups import NotFound, find_groups
-from ..kernels._validation import check_choice
+from ..kernels._validation import InvalidParameterError, check_choice
 from ..kernels.variance.control_variates import NoControlVariate
 from ..proposals import as_proposal
 from .base import SubsampleStep
@@ -187,7 +187,7 @@ class MHStep(SubsampleStep):
         except TypeError as err:
             if self._proposal_arg is not None or not kwargs:
                 raise
-            raise TypeError(
+            raise InvalidParameterError(
                 f"proposal_kwargs {sorted(kwargs)} do not fit the default proposal "
                 f"{name!r} of {type(self).__name__} here ({err}). Name the proposal they "
                 "are for with proposal=."
@@ -196,12 +196,12 @@ class MHStep(SubsampleStep):
     def _check_scaling(self, scaling):
         arr = np.asarray(scaling, dtype=np.float64)
         if arr.ndim > 1 or (arr.ndim == 1 and arr.size != self.ndim):
-            raise ValueError(
+            raise InvalidParameterError(
                 f"scaling must be a scalar or have one value per dimension of the step's "
                 f"unconstrained space ({self.ndim}), got shape {arr.shape}."
             )
         if not np.all(np.isfinite(arr)) or np.any(arr <= 0):
-            raise ValueError(f"scaling must be positive and finite, got {scaling!r}.")
+            raise InvalidParameterError(f"scaling must be positive and finite, got {scaling!r}.")
         return arr if arr.ndim else float(arr)
 
     def default_scaling(self, n_rows_probe: int = 2000):
