@@ -204,9 +204,9 @@ def _stat_sum(ds, name):
     """Sum of a sample stat (NaN when missing)."""
     if ds is None:
         return math.nan
-    from .diagnostics import _stat
+    from .diagnostics import find_stat
 
-    values = _stat(ds, name)
+    values = find_stat(ds, name)
     return math.nan if values is None else float(np.nansum(np.asarray(values.values, float)))
 
 

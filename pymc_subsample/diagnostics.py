@@ -114,7 +114,7 @@ def convergence(idata, var_names=None):
     return ess_min, rhat_max
 
 
-def _stat(stats, name):
+def find_stat(stats, name):
     """A stat by name; in a CompoundStep PyMC may prefix it (``sampler_0__name``)."""
     if name in stats:
         return stats[name]
@@ -165,7 +165,7 @@ def data_usage_summary(idata, *, n_rows: int | None = None, quantiles=(0.05, 0.5
 
     n_rows, quantiles = _check_usage_args(n_rows, quantiles)
     stats = get_group(idata, "sample_stats")
-    used = _stat(stats, "data_used")
+    used = find_stat(stats, "data_used")
     if used is None:
         raise KeyError(
             "sample_stats has no 'data_used': was the result sampled with a pymc_subsample step?"
@@ -173,12 +173,12 @@ def data_usage_summary(idata, *, n_rows: int | None = None, quantiles=(0.05, 0.5
     extra = [d for d in used.dims if d not in ("chain", "draw")]
     if extra:  # several of this package's steps: rows read by all of them per draw
         used = used.sum(extra)
-    acc = _stat(stats, "accepted")
+    acc = find_stat(stats, "accepted")
     if acc is not None and acc.ndim > 2:  # stacked with another step's: ambiguous
         acc = None
-    fb = _stat(stats, "fallback")
+    fb = find_stat(stats, "fallback")
     if fb is None:
-        fb = _stat(stats, "exact")
+        fb = find_stat(stats, "exact")
     if fb is not None and fb.ndim > 2:
         fb = fb.mean([d for d in fb.dims if d not in ("chain", "draw")])
     rows = []
@@ -242,7 +242,7 @@ def audit_summary(idata):
     import pandas as pd
 
     stats = get_group(idata, "sample_stats")
-    audit = _stat(stats, "audit")
+    audit = find_stat(stats, "audit")
     if audit is None:
         raise KeyError("sample_stats has no 'audit': sample with AustereMH(audit=...) or "
                        "BarkerMinibatch(audit=...).")
@@ -312,7 +312,7 @@ def _data_used_and_axes(idata, ax):
     """The ``data_used`` stat and the axes to draw on (new ones when ``ax`` is None)."""
     import matplotlib.pyplot as plt
 
-    used = _stat(get_group(idata, "sample_stats"), "data_used")
+    used = find_stat(get_group(idata, "sample_stats"), "data_used")
     if used is None:
         raise KeyError("sample_stats has no 'data_used'.")
     if ax is None:

@@ -38,7 +38,7 @@ __all__ = ["open_rows", "rows", "observed", "keep_observations_on_disk",
 _CHUNK = 1 << 20
 
 
-def _is_zarr(obj) -> bool:
+def is_zarr(obj) -> bool:
     return type(obj).__module__.split(".")[0] == "zarr"
 
 

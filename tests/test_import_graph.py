@@ -185,3 +185,45 @@ def test_the_cycle_finder_finds_circles(tmp_path, files, cycle):
     _write(tmp_path, files)
     top, _ = import_graphs(tmp_path, "pkg")
     assert (find_cycle(top) is not None) == cycle, top
+
+
+def _top(module: str) -> str:
+    """The first-level subpackage (or top-level module) of a dotted module name."""
+    parts = module.split(".")
+    return ".".join(parts[:2])
+
+
+def private_imports(root: Path = ROOT, package: str = PACKAGE) -> list:
+    """``(importer, target, name)`` for each private name (one leading underscore) that
+    a module imports from another first-level part of the package (``steps`` from
+    ``engine``, ``consensus`` from ``diagnostics``, ...): what crosses such a line is an
+    interface and must carry a public name. A private *module* (``_memmap``,
+    ``kernels/_validation``) is the package's internal interface and may be imported
+    anywhere in it; a private name inside a module is that module's own."""
+    modules = _modules(root, package)
+    out = []
+    for module, path in modules.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.ImportFrom):
+                continue
+            target = _resolve(module, node, modules)
+            for alias in node.names:
+                name = alias.name
+                if name.startswith("_") and not name.startswith("__"):
+                    if f"{target}.{name}" in modules:
+                        continue  # a private module, not a private name
+                    if _top(target) != _top(module):
+                        out.append((module, target, name))
+    return out
+
+
+def test_no_private_name_crosses_a_subpackage():
+    assert private_imports() == []
+
+
+def test_the_private_import_finder_finds_one(tmp_path):
+    _write(tmp_path, {"pkg/__init__.py": "", "pkg/a/__init__.py": "",
+                      "pkg/a/m.py": "def _helper():\n    pass\n",
+                      "pkg/a/_io.py": "", "pkg/a/n.py": "from .m import _helper\n",
+                      "pkg/b.py": "from .a.m import _helper\nfrom .a import m, _io\n"})
+    assert private_imports(tmp_path, "pkg") == [("pkg.b", "pkg.a.m", "_helper")]

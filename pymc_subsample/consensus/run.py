@@ -21,7 +21,7 @@ import warnings
 import numpy as np
 
 from .. import _memmap, passes
-from ..out_of_core import _is_zarr
+from ..out_of_core import is_zarr
 from ..kernels._validation import InvalidParameterError, check_callable, check_int
 from .combine import COMBINERS
 
@@ -134,7 +134,7 @@ def _run_shard(payload: bytes) -> dict:
     import arviz as az
     import pymc as pm
 
-    from ..diagnostics import _stat, get_group
+    from ..diagnostics import find_stat, get_group
 
     t0 = time.perf_counter()
     spec = _memmap.loads(payload)
@@ -158,7 +158,7 @@ def _run_shard(payload: bytes) -> dict:
     constrained = post[free]
     constrained.attrs = {}
     stats = get_group(idata, "sample_stats")
-    acc, used = _stat(stats, "accepted"), _stat(stats, "data_used")
+    acc, used = find_stat(stats, "accepted"), find_stat(stats, "data_used")
     ess = az.ess(constrained, method="bulk")
     ess_min = min(float(np.min(ess[v].values)) for v in ess.data_vars)
     if spec["chains"] > 1:
@@ -221,7 +221,7 @@ def _check_data(data):
         if not isinstance(name, str) or not name.isidentifier():
             raise InvalidParameterError(
                 f"data keys must be valid keyword names; got {name!r}.")
-        if not (isinstance(arr, np.ndarray) or _is_zarr(arr)):
+        if not (isinstance(arr, np.ndarray) or is_zarr(arr)):
             arr = np.asarray(arr)
         if len(getattr(arr, "shape", ())) == 0:
             raise InvalidParameterError(
@@ -298,7 +298,7 @@ def _shard_slices(n_rows, n_shards):
 
 
 def _shard_value(arr, start, stop):
-    if _is_zarr(arr):
+    if is_zarr(arr):
         return _ZarrRows(arr, start, stop)
     return arr[start:stop]  # a memmap's slice stays a file reference in _memmap.dumps
 

@@ -133,7 +133,7 @@ def _var_label(var) -> str:
     return var.name if getattr(var, "name", None) else f"<unnamed {type(var).__name__} {var.type}>"
 
 
-def _through_casts(var):
+def through_casts(var):
     """``var`` with the unary elementwise ops above its data peeled off.
 
     PyMC inserts such ops between the data and an observed variable: integer data in a
@@ -149,7 +149,7 @@ def _through_casts(var):
 
 def _static_len(var) -> int | None:
     """Length of the leading axis, read without evaluating any graph."""
-    var = _through_casts(var)
+    var = through_casts(var)
     if isinstance(var, Constant):
         data = var.data
         return None if np.ndim(data) == 0 else int(np.shape(data)[0])

@@ -28,7 +28,7 @@ from pytensor.tensor.random.op import RandomVariable
 from pytensor.tensor.random.type import random_generator_type
 
 from ..engine import ModelNotSupportedError
-from ..engine.analysis import _through_casts
+from ..engine.analysis import through_casts
 from .loglik import (ROWS_PER_CHUNK, PosteriorLoglik, _other_dims, _row_dim, check_rows,
                      is_datatree, observed_names)
 
@@ -72,7 +72,7 @@ def _draw_function(ev: PosteriorLoglik, rv):
 
 def _observed_values(model, rv, rows) -> np.ndarray:
     """The observed values of ``rows`` (read from the array behind ``observed=``)."""
-    value = _through_casts(model.rvs_to_values[rv])
+    value = through_casts(model.rvs_to_values[rv])
     if isinstance(value, Constant):
         arr = value.data
     elif isinstance(value, SharedVariable):
