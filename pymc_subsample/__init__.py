@@ -20,6 +20,7 @@ _LAZY = {
     "InvalidParameterError": "pymc_subsample.errors",
     "BoundViolationError": "pymc_subsample.errors",
     "DataFileChangedError": "pymc_subsample.errors",
+    "DataMismatchError": "pymc_subsample.errors",
     "errors": "pymc_subsample.errors",
     "validation": "pymc_subsample.validation",
     "AustereMH": "pymc_subsample.steps.austere",

@@ -8,6 +8,8 @@
                               the step was built)
 ``BoundViolationError``       ScalableMH's bound constants do not bound the rows
 ``DataFileChangedError``      a data file on disk changed under a step
+``DataMismatchError``         a model's observed data are not a sampling result's
+                              ``observed_data`` (``loo``, ``compute_log_likelihood``, ...)
 ``SGLDDivergenceError``       an SGLD chain diverged (a PyMC ``SamplingError``)
 ============================  =============================================================
 
@@ -23,6 +25,7 @@ __all__ = [
     "InvalidDataError",
     "BoundViolationError",
     "DataFileChangedError",
+    "DataMismatchError",
     "SGLDDivergenceError",
 ]
 
@@ -33,6 +36,7 @@ _WHERE = {
     "InvalidDataError": "pymc_subsample.engine.analysis",
     "BoundViolationError": "pymc_subsample.kernels.scalable.thinning",
     "DataFileChangedError": "pymc_subsample.out_of_core",
+    "DataMismatchError": "pymc_subsample.workflow.loglik",
     "SGLDDivergenceError": "pymc_subsample.steps.sgld",
 }
 

@@ -102,6 +102,30 @@ def test_set_data_after_construction_is_refused(data_model, name):
             pm.set_data({"x": x_old})
 
 
+@pytest.mark.parametrize("name", ALL_STEPS)
+@pytest.mark.parametrize("where", ["numpy array", "pm.Data buffer"])
+def test_data_changed_in_place_is_refused(name, where):
+    """Values written into the arrays a model was built from (``X[:] = X2; y[:] = y2``, or
+    a ``pm.Data`` buffer through ``get_value(borrow=True)``) after the step was built are
+    refused when a chain starts, naming the data (issue 44: all four steps sampled the
+    old data's posterior, 59-112 sd off, without a word)."""
+    x, y = logistic_data(np.random.default_rng(8), 2000, 0.8, intercept=0.3)
+    with pm.Model() as m:
+        xd = pm.Data("x", x) if where == "pm.Data buffer" else x
+        a = pm.Normal("a", 0, 2)
+        b = pm.Normal("b", 0, 2)
+        pm.Bernoulli("y", logit_p=a + b * xd, observed=y)
+        step = getattr(pms, name)()
+    run_sample(m, step, draws=5, tune=5, chains=1, seed=1)  # unchanged: it samples
+    x2, y2 = logistic_data(np.random.default_rng(9), 2000, -0.8, intercept=0.3)
+    buf = m["x"].get_value(borrow=True) if where == "pm.Data buffer" else x
+    buf[:] = x2
+    y[:] = y2  # the observed array too
+    with pytest.raises(ValueError, match=r"changed since this step was built \(pm\.set_data, "
+                       r"or values written into the array\)"):
+        run_sample(m, step, draws=5, tune=5, chains=1, seed=1)
+
+
 def test_steps_without_data_sums_follow_set_data(data_model):
     """Without control variates the test reads the live data: set_data is followed."""
     with data_model:

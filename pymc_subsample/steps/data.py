@@ -13,10 +13,15 @@ from __future__ import annotations
 import weakref
 
 from .. import _memmap
-from ..engine.analysis import InvalidDataError
+from ..engine.analysis import InvalidDataError, data_fingerprint
 from ..out_of_core import DataFileWatcher
 
-__all__ = ["DataGuard"]
+__all__ = ["DataGuard", "IN_PLACE_ROWS"]
+
+#: rows (evenly spread, the first and last included) whose digest stands for each data
+#: array when a chain starts, to catch values changed in place (``X[:] = X2``): O(1) in N
+#: (``benchmarks/data_guard.py`` measures it against one pass over the rows)
+IN_PLACE_ROWS = 1024
 
 
 class DataGuard:
@@ -47,6 +52,20 @@ class DataGuard:
         # rows of a file)
         self._data_fingerprint = None
         self._data_refs = [weakref.ref(a) for a in self.engine.data_arrays()]
+        self._in_place_digest = self._spread_digest()
+
+    def _spread_digest(self) -> tuple:
+        """Each row-data array's shape, dtype and a digest of :data:`IN_PLACE_ROWS` spread
+        rows, as they are now."""
+        return data_fingerprint(self.engine.rows, self.engine.n_rows, IN_PLACE_ROWS)
+
+    def _changed_in_place(self) -> list[str]:
+        """The data variables whose values changed in place since construction (the same
+        array, other values at the spread rows)."""
+        old = getattr(self, "_in_place_digest", None)
+        if old is None:
+            return []
+        return [o[0] for o, new in zip(old, self._spread_digest()) if o != new]
 
     def _changed_since_built(self) -> list[str] | None:
         """The data variables replaced since construction, by identity (None: the step
@@ -55,15 +74,23 @@ class DataGuard:
         arrays = self.engine.data_arrays()
         if refs is None or len(refs) != len(arrays):
             return None
-        return [r.name for r, ref, a in zip(self.engine.rows, refs, arrays) if ref() is not a]
+        replaced = [r.name for r, ref, a in zip(self.engine.rows, refs, arrays)
+                    if ref() is not a]
+        return replaced or self._changed_in_place()
 
     def _check_data_unchanged(self):
-        """Refuse to sample when the data changed (``pm.set_data``) since construction.
+        """Refuse to sample when the data changed (``pm.set_data``, or values written in
+        place) since construction.
 
         In the process that built the step, any replaced data array counts as a change
-        (``pm.set_data`` always installs a new array, even with equal values); in a
-        worker that unpickled the step (``mp_ctx="spawn"`` / ``"forkserver"``) identities
-        are lost, and the shapes and a digest of 65,536 evenly spread rows are compared.
+        (``pm.set_data`` always installs a new array, even with equal values), and so do
+        other values at :data:`IN_PLACE_ROWS` spread rows of the same array (``X[:] = X2``
+        on the array the model was built from, or on a ``pm.Data`` buffer through
+        ``get_value(borrow=True)``; a change confined to rows between the spread rows is
+        not seen); in a worker that unpickled the step (``mp_ctx="spawn"`` /
+        ``"forkserver"``) identities are lost, and the shapes and a digest of 65,536
+        evenly spread rows are compared with those taken when it was pickled (itself
+        after the same check).
 
         First, in any step, the files behind file-backed rows are compared with what they
         were when the step was built (size, modification time, inode and a digest of
@@ -85,9 +112,9 @@ class DataGuard:
         if changed:
             raise InvalidDataError(
                 f"{type(self).__name__}: {', '.join(changed)} changed since this step was "
-                "built (pm.set_data?). Its control-variate sums, "
-                "bounds and Gaussian fit were computed on the old values and would sample the "
-                "wrong posterior: build the step again after pm.set_data."
+                "built (pm.set_data, or values written into the array). Its control-variate "
+                "sums, bounds and Gaussian fit were computed on the old values and would "
+                "sample the wrong posterior: build the step again after changing the data."
             )
 
     # ------------------------------------------------------------------ pickling

@@ -29,11 +29,12 @@ from pytensor.graph.replace import clone_replace
 
 from ..diagnostics import get_group
 from ..engine import LikelihoodEngine
-from ..engine.analysis import model_logp
+from ..engine.analysis import model_logp, through_casts
 from ..engine.evaluate import thread_copy
 from ..kernels._validation import InvalidParameterError, check_bytes
 
 __all__ = ["PosteriorLoglik", "compute_log_likelihood", "MAX_LOGLIK_BYTES",
+           "DataMismatchError", "check_observed_data", "observed_array",
            "observed_names", "choose_observed", "check_rows", "is_datatree",
            "with_group"]
 
@@ -44,6 +45,15 @@ MAX_LOGLIK_BYTES = 2**30
 
 #: rows gathered at once when every draw is evaluated on a long list of rows
 ROWS_PER_CHUNK = 4096
+
+#: rows compared between the model's data and a result's ``observed_data`` when the
+#: whole arrays are not both in memory (spread evenly, the first and last included)
+SPREAD_ROWS = 64
+
+
+class DataMismatchError(ValueError):
+    """The model's observed data are not the data of the sampling result (its
+    ``observed_data`` group): another number of rows, or other values."""
 
 
 # ---------------------------------------------------------------------- boundary checks
@@ -69,6 +79,80 @@ def choose_observed(model, var_name, *, owner: str) -> str:
         raise ValueError(f"{owner}: var_name={var_name!r} is not an observed variable of the "
                          f"model; the observed variables are {', '.join(names)}.")
     return var_name
+
+
+def observed_array(model, rv):
+    """The array behind ``observed=`` of the observed variable ``rv`` (a NumPy array, a
+    ``numpy.memmap`` or a Zarr array; a ``pm.Data`` buffer without a copy)."""
+    from pytensor.compile.sharedvalue import SharedVariable
+    from pytensor.graph.basic import Constant
+
+    value = through_casts(model.rvs_to_values[rv])
+    if isinstance(value, Constant):
+        return value.data
+    if isinstance(value, SharedVariable):
+        return value.get_value(borrow=True)
+    return value.eval()  # pragma: no cover - observed values are constants or pm.Data
+
+
+def _in_memory(arr) -> bool:
+    return isinstance(arr, np.ndarray) and not isinstance(arr, np.memmap)
+
+
+def check_observed_data(idata, model, var_names, *, owner: str) -> None:
+    """Refuse a model whose observed data are not those of ``idata``.
+
+    For each observed variable of ``var_names`` that ``idata``'s ``observed_data`` group
+    holds: the number of rows must agree, and so must the values, compared in full when
+    the model's array is in memory (``pm.sample`` then stored it in memory too) and at
+    :data:`SPREAD_ROWS` spread rows otherwise (a memory-mapped file or a Zarr array is not
+    read in full for the check). A result without an
+    ``observed_data`` group, or without the variable in it, is not checked.
+
+    Raises
+    ------
+    DataMismatchError
+        Naming the variable, the two row counts or the first row that differs, and what
+        to do.
+    """
+    try:
+        obs = get_group(idata, "observed_data")
+    except KeyError:
+        return
+    for name in var_names:
+        if name not in obs.data_vars:
+            continue
+        stored = obs[name]
+        arr = observed_array(model, model[name])
+        n_model, n_stored = int(np.shape(arr)[0]), int(stored.shape[0])
+        if n_model != n_stored:
+            raise DataMismatchError(
+                f"{owner}: observed '{name}' has {n_model:,} rows in the model but "
+                f"{n_stored:,} in the sampling result's observed_data: the model's data are "
+                "not the data that were sampled. Pass the model (and data) pm.sample ran on.")
+        dim = stored.dims[0]
+        if _in_memory(arr):  # then so is the result's (pm.sample stores it in memory)
+            rows = np.arange(n_model)
+            mine, theirs = np.asarray(arr), np.asarray(stored.values)
+        else:
+            rows = np.unique(np.linspace(0, n_model - 1, SPREAD_ROWS).astype(np.int64))
+            mine = np.asarray(np.take(arr, rows, axis=0))
+            theirs = np.asarray(stored.isel({dim: rows}).values)
+        mine = np.asarray(mine, dtype=np.float64).reshape(len(rows), -1)
+        theirs = np.asarray(theirs, dtype=np.float64).reshape(len(rows), -1)
+        if mine.shape != theirs.shape:
+            raise DataMismatchError(
+                f"{owner}: observed '{name}' has rows of shape {mine.shape[1:]} in the model "
+                f"but {theirs.shape[1:]} in the sampling result's observed_data.")
+        same = (mine == theirs) | (np.isnan(mine) & np.isnan(theirs))
+        bad = np.flatnonzero(~same.all(axis=1))
+        if bad.size:
+            i = int(rows[bad[0]])
+            raise DataMismatchError(
+                f"{owner}: observed '{name}' differs from the sampling result's "
+                f"observed_data (row {i:,}: {mine[bad[0]].tolist()[:3]} in the model, "
+                f"{theirs[bad[0]].tolist()[:3]} in the result): the model's data are not the "
+                "data that were sampled. Pass the model (and data) pm.sample ran on.")
 
 
 def check_rows(rows, n_rows: int, *, owner: str, name: str = "rows") -> np.ndarray:
@@ -350,7 +434,7 @@ def loglik_dataset(ev: PosteriorLoglik, values, rows):
 
 
 def compute_log_likelihood(idata, model=None, *, rows=None, var_names=None,
-                           max_bytes=None, extend_inferencedata=True):
+                           max_bytes=None, extend_inferencedata=True, check_data=True):
     """Pointwise log-likelihood of the posterior draws on a subset of rows, in chunks.
 
     The tall-data counterpart of ``pm.compute_log_likelihood``: the rows' terms are
@@ -377,6 +461,10 @@ def compute_log_likelihood(idata, model=None, *, rows=None, var_names=None,
     extend_inferencedata : bool, default True
         Add the group to ``idata`` (replacing an existing ``log_likelihood`` group) and
         return it; otherwise return a new object with that group only.
+    check_data : bool, default True
+        Refuse a model whose observed data are not ``idata``'s ``observed_data``
+        (:func:`check_observed_data`). Set False only to evaluate the posterior on other
+        data on purpose (held-out rows set with ``pm.set_data``).
 
     Returns
     -------
@@ -390,6 +478,9 @@ def compute_log_likelihood(idata, model=None, *, rows=None, var_names=None,
     ValueError
         ``rows=None`` over the memory limit (the message says to pass ``rows=`` or use
         :func:`pymc_subsample.loo`); unknown ``var_names``.
+    DataMismatchError
+        The model's observed data are not the result's (another number of rows, or other
+        values), unless ``check_data=False``.
     InvalidParameterError
         Row indices out of range, repeated, or not integers.
     """
@@ -405,6 +496,8 @@ def compute_log_likelihood(idata, model=None, *, rows=None, var_names=None,
             choose_observed(model, v, owner=owner)
     limit = check_bytes("max_bytes", max_bytes, owner=owner)
     limit = MAX_LOGLIK_BYTES if limit is None else limit
+    if check_data:
+        check_observed_data(idata, model, var_names, owner=owner)
     ev = PosteriorLoglik(idata, model, var_names, sum_rows=False)
     if rows is None:
         # at least one float64 per row, draw and variable

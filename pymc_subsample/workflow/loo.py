@@ -49,7 +49,7 @@ import pymc as pm
 from scipy.special import logsumexp
 
 from ..kernels._validation import InvalidParameterError, check_choice, check_int
-from .loglik import PosteriorLoglik, check_rows, choose_observed
+from .loglik import PosteriorLoglik, check_observed_data, check_rows, choose_observed
 
 __all__ = ["loo", "loo_update", "APPROXIMATIONS"]
 
@@ -324,6 +324,9 @@ def loo(idata, model=None, *, observations=1000, approximation="plpd", var_name=
         without the model's free variables.
     InvalidParameterError
         ``observations`` below 2 or above ``N``; an unknown ``approximation``.
+    DataMismatchError
+        The model's observed data are not ``idata``'s ``observed_data`` (another number of
+        rows, or other values): the ELPD would be of other data.
 
     Warns
     -----
@@ -340,6 +343,7 @@ def loo(idata, model=None, *, observations=1000, approximation="plpd", var_name=
     check_choice("approximation", approximation, APPROXIMATIONS, owner=None,
                  label=f"{owner}: approximation")
     var_name = choose_observed(model, var_name, owner=owner)
+    check_observed_data(idata, model, [var_name], owner=owner)
     ev = PosteriorLoglik(idata, model, [var_name])
     n = ev.n_rows
     if np.ndim(observations) == 0:
@@ -406,6 +410,7 @@ def loo_update(elpd, idata, model=None, *, observations=1000, seed=None):
     old = _Subsample(used, elpd_used, p_i + elpd_used, pareto_k)
     model = pm.modelcontext(model)
     var_name = choose_observed(model, var_name, owner=owner)
+    check_observed_data(idata, model, [var_name], owner=owner)
     ev = PosteriorLoglik(idata, model, [var_name])
     n = ev.n_rows
     if approx.size != n:

@@ -22,15 +22,12 @@ from __future__ import annotations
 import numpy as np
 import pymc as pm
 import pytensor.tensor as pt
-from pytensor.compile.sharedvalue import SharedVariable
-from pytensor.graph.basic import Constant
 from pytensor.tensor.random.op import RandomVariable
 from pytensor.tensor.random.type import random_generator_type
 
 from ..engine import ModelNotSupportedError
-from ..engine.analysis import through_casts
 from .loglik import (ROWS_PER_CHUNK, PosteriorLoglik, _other_dims, _row_dim, check_rows,
-                     is_datatree, observed_names)
+                     check_observed_data, is_datatree, observed_array, observed_names)
 
 __all__ = ["sample_posterior_predictive", "DEFAULT_ROWS"]
 
@@ -72,14 +69,7 @@ def _draw_function(ev: PosteriorLoglik, rv):
 
 def _observed_values(model, rv, rows) -> np.ndarray:
     """The observed values of ``rows`` (read from the array behind ``observed=``)."""
-    value = through_casts(model.rvs_to_values[rv])
-    if isinstance(value, Constant):
-        arr = value.data
-    elif isinstance(value, SharedVariable):
-        arr = value.get_value(borrow=True)
-    else:  # pragma: no cover - observed values are constants or pm.Data
-        arr = value.eval()
-    return np.asarray(np.take(arr, rows, axis=0), dtype=rv.dtype)
+    return np.asarray(np.take(observed_array(model, rv), rows, axis=0), dtype=rv.dtype)
 
 
 def _draw_chunks(ev, f, rows, order, rng):
@@ -141,7 +131,8 @@ def _open_lazy(store, group):
 
 
 def sample_posterior_predictive(idata, model=None, *, rows=None, var_names=None,
-                                random_seed=None, n_rows=DEFAULT_ROWS, store=None):
+                                random_seed=None, n_rows=DEFAULT_ROWS, store=None,
+                                check_data=True):
     """Posterior predictive draws for a subset of rows, with their observed values.
 
     For each posterior draw, one draw of each observed variable on the chosen rows from
@@ -170,6 +161,10 @@ def sample_posterior_predictive(idata, model=None, *, rows=None, var_names=None,
         ``ROWS_PER_CHUNK`` rows, written chunk by chunk. The result's datasets are opened
         lazily from it. Needs ``zarr`` and ``dask`` (``pip install
         "pymc-subsample[dask]"``). The rows are written in increasing order.
+    check_data : bool, default True
+        Refuse a model whose observed data are not ``idata``'s ``observed_data``
+        (:func:`~pymc_subsample.workflow.loglik.check_observed_data`). Set False only to
+        draw on other data on purpose (new rows set with ``pm.set_data``).
 
     Returns
     -------
@@ -187,6 +182,9 @@ def sample_posterior_predictive(idata, model=None, *, rows=None, var_names=None,
         ``pm.Censored``, ``pm.Mixture``).
     InvalidParameterError
         Row indices out of range, repeated or not integers.
+    DataMismatchError
+        The model's observed data are not the result's (another number of rows, or other
+        values), unless ``check_data=False``.
     """
     import xarray as xr
 
@@ -202,6 +200,8 @@ def sample_posterior_predictive(idata, model=None, *, rows=None, var_names=None,
                              f"observed variables are {', '.join(observed_names(model))}.")
     rng = random_seed if isinstance(random_seed, np.random.Generator) else \
         np.random.default_rng(random_seed)
+    if check_data:
+        check_observed_data(idata, model, var_names, owner=owner)
     ev = PosteriorLoglik(idata, model, [])
     n = ev.n_rows
     if rows is None:

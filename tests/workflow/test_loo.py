@@ -352,3 +352,77 @@ def test_bad_input_gives_clear_errors(small):
         pms.compute_log_likelihood(idata, model, rows=[1], var_names=["v"])
     with pytest.raises(TypeError, match=r"pms\.loo"):
         pms.loo_update({"elpd": 1.0}, idata, model)
+
+
+def _same_model(X, y, w):
+    """The model of ``small`` on other data (same names and priors)."""
+    with pm.Model() as model:
+        b = pm.Normal("b", 0, 1, shape=2)
+        s = pm.HalfNormal("s", 1)
+        pm.Bernoulli("y", logit_p=pm.math.dot(X, b), observed=y)
+        pm.Normal("w", b[0] * X[:, 0], s, observed=w)
+    return model
+
+
+@pytest.mark.parametrize("change", ["shifted", "fewer rows", "one row"])
+def test_refuses_a_model_on_other_data(small, change):
+    """loo, loo_update, compute_log_likelihood and sample_posterior_predictive on a model
+    with the same names but other observations (``w + 5``, 100 rows fewer, one value
+    changed) raise DataMismatchError naming the variable (issue 44: an ELPD of other data
+    was returned without a word); check_data=False evaluates the other data on purpose."""
+    model, idata, n = small
+    rng = np.random.default_rng(7)
+    X, y = logistic_data(rng, n, [0.5, -0.4])
+    w = X[:, 0] + rng.normal(size=n)
+    keep = np.arange(n)
+    if change == "shifted":
+        w = w + 5
+    elif change == "fewer rows":
+        keep = np.arange(n - 100)
+    else:
+        w = w.copy()
+        w[n // 3 + 1] += 1e-3  # not one of the spread rows: the arrays are compared in full
+    other = _same_model(X[keep], y[keep], w[keep])
+    what = r"has 500 rows in the model but 600" if change == "fewer rows" else r"differs"
+    with pytest.raises(pms.DataMismatchError, match=rf"loo: observed 'w' {what}"):
+        pms.loo(idata, other, observations=100, var_name="w")
+    with pytest.raises(pms.DataMismatchError, match=rf"compute_log_likelihood: observed 'w'"):
+        pms.compute_log_likelihood(idata, other, rows=[0, 1], var_names=["w"])
+    with pytest.raises(pms.DataMismatchError, match=r"sample_posterior_predictive"):
+        pms.sample_posterior_predictive(idata, other, rows=[0, 1], var_names=["w"])
+    out = pms.compute_log_likelihood(idata, other, rows=[0, 1], var_names=["w"],
+                                     check_data=False, extend_inferencedata=False)
+    group = out["log_likelihood"] if hasattr(out, "children") else out.log_likelihood
+    assert group["w"].shape == (2, 100, 2)
+    # the model the result came from passes, and 'y' alone is unchanged in every case
+    # but the row count
+    pms.compute_log_likelihood(idata, model, rows=[0, 1], extend_inferencedata=False)
+    if change != "fewer rows":
+        pms.compute_log_likelihood(idata, other, rows=[0, 1], var_names=["y"],
+                                   extend_inferencedata=False)
+
+
+def test_loo_update_refuses_other_data(small):
+    model, idata, n = small
+    res = pms.loo(idata, model, observations=100, var_name="w", seed=2)
+    rng = np.random.default_rng(7)
+    X, y = logistic_data(rng, n, [0.5, -0.4])
+    w = X[:, 0] + rng.normal(size=n)
+    with pytest.raises(pms.DataMismatchError, match=r"loo_update: observed 'w' differs"):
+        pms.loo_update(res, idata, _same_model(X, y, w + 5), observations=50)
+
+
+def test_spread_rows_are_compared_for_data_on_disk(small, tmp_path):
+    """A memory-mapped observed array is compared at spread rows (not read in full)."""
+    from pymc_subsample.workflow.loglik import SPREAD_ROWS, check_observed_data
+
+    model, idata, n = small
+    rng = np.random.default_rng(7)
+    X, y = logistic_data(rng, n, [0.5, -0.4])
+    w = X[:, 0] + rng.normal(size=n)
+    path = tmp_path / "w.npy"
+    np.save(path, w + 5)
+    mapped = np.load(path, mmap_mode="r")
+    with pytest.raises(pms.DataMismatchError, match=r"row 0:"):
+        check_observed_data(idata, _same_model(X, y, mapped), ["w"], owner="t")
+    assert SPREAD_ROWS >= 32
