@@ -165,6 +165,15 @@ def _constant_int(var) -> int | None:
         return None
 
 
+def _reshaped_rows(arr, data) -> bool:
+    """Whether ``data`` holds the rows of ``arr`` in another row shape (same rows, same
+    number of values per row, same values in C order), e.g. ``(N, 1)`` against ``(N,)``."""
+    data = np.asarray(data)
+    if arr.shape == data.shape or arr.shape[:1] != data.shape[:1] or arr.size != data.size:
+        return False
+    return arr.dtype == data.dtype and np.array_equal(arr.reshape(data.shape), data)
+
+
 class BatchGraph:
     """Rebuilds model expressions over a batch of rows.
 
@@ -327,6 +336,12 @@ class BatchGraph:
                                        and arr.dtype == var.data.dtype
                                        and np.array_equal(arr, var.data)):
                     self.mapping[var] = r.batch_input
+                    break
+                if _reshaped_rows(arr, var.data):
+                    # the same rows in another row shape: a one-column ``X`` of the
+                    # model's graph that PyMC's logp rewrites squeezed to ``(N,)``
+                    self.mapping[var] = r.batch_input.reshape(
+                        (r.batch_input.shape[0], *np.shape(var.data)[1:]))
                     break
         # data expressions of constants (``X[:, :4]``), folded by PyMC in the likelihood
         self.fold_constants(list(outputs))
