@@ -20,7 +20,27 @@ from .partials import (
 )
 
 
-class BernoulliLogit(GLMFamily):
+class _BernoulliRows(GLMFamily):
+    """What the Bernoulli families share: ``pm.Bernoulli`` read through its ``p``, responses
+    in {0, 1}, and suprema of ``|f''|`` and ``|f'''|`` over the whole line that depend on
+    no response (:attr:`_sups`, derived in each family's docstring). Not registered
+    itself: the families below state their link."""
+
+    label = "Bernoulli"
+    distribution = "BernoulliRV"
+    dist_params = ("p",)
+    link_param = "p"
+    support = "binary"
+    #: ``(sup |f''|, sup |f'''|)`` over the whole line (the family's docstring)
+    _sups: tuple
+
+    def sup_derivative(self, m, **params):
+        """Cornish et al. (2019), eq. 12: the constants :attr:`_sups` (class docstring)."""
+        sup2, sup3 = self._sups
+        return sup2 if m == 2 else sup3
+
+
+class BernoulliLogit(_BernoulliRows):
     """Bernoulli with a logit link: ``f(eta) = log(1 + exp(eta)) - y eta`` (``y`` in
     {0, 1}; with ``y`` in {-1, 1}, ``log(1 + exp(-y eta))``, the same derivatives up to
     sign). With ``s = sigmoid(eta)``: ``|f''| = s (1 - s)``, ``|f'''| = |s (1 - s)(1 - 2 s)|``
@@ -34,17 +54,10 @@ class BernoulliLogit(GLMFamily):
 
     name = "bernoulli_logit"
     aliases = ("logistic", "logit", "bernoulli")
-    label = "Bernoulli"
     description = "pm.Bernoulli(logit_p=eta) (or p=pm.math.invlogit(eta))"
-    distribution = "BernoulliRV"
-    dist_params = ("p",)
-    link, link_param = "logit", "p"
+    link = "logit"
     link_hint = "a logit link (logit_p=eta)"
-    support = "binary"
-
-    def sup_derivative(self, m, **params):
-        """Cornish et al. (2019), eq. 12: class docstring."""
-        return 0.25 if m == 2 else _LOGIT_SUP3
+    _sups = (0.25, _LOGIT_SUP3)
 
     def local_sup(self, m, lo, hi, *, y=None, **params):
         """Region bound. Both ``|f''| = p q`` and ``|f'''| = p q |p - q|`` (``p = s``,
@@ -96,7 +109,7 @@ class BernoulliLogit(GLMFamily):
         return (l0, y - s, d2)
 
 
-class BernoulliProbit(GLMFamily):
+class BernoulliProbit(_BernoulliRows):
     """Bernoulli with a probit link: ``f(eta) = -log Phi(s eta)`` with ``s = 2 y - 1``, so
     ``|f^(m)(eta)| = |g^(m)(s eta)|`` for ``g = log Phi``. With ``lambda = phi / Phi`` (the
     inverse Mills ratio, ``lambda' = -lambda (t + lambda)``): ``g'' = -lambda (t + lambda)``
@@ -110,17 +123,10 @@ class BernoulliProbit(GLMFamily):
 
     name = "bernoulli_probit"
     aliases = ("probit",)
-    support = "binary"
-    label = "Bernoulli"
     description = "pm.Bernoulli(p=pm.math.invprobit(eta))"
-    distribution = "BernoulliRV"
-    dist_params = ("p",)
-    link, link_param = "probit", "p"
+    link = "probit"
     link_hint = "a probit link (p=pm.math.invprobit(eta))"
-
-    def sup_derivative(self, m, **params):
-        """Cornish et al. (2019), eq. 12: class docstring."""
-        return 1.0 if m == 2 else _PROBIT_SUP3
+    _sups = (1.0, _PROBIT_SUP3)
 
     def local_sup(self, m, lo, hi, *, y=None, **params):
         """Region bound. ``|g''|`` decreases in ``t``, so over both signs of ``s`` its

@@ -10,7 +10,7 @@ from scipy.special import log_ndtr
 
 from ..scalable.interval import Interval
 from .base import GLMFamily
-from .location import _FixedScale
+from .location import _FixedScale, _SampledScale
 from .partials import (
     _PROBIT_SUP3,
     _location_scale,
@@ -40,7 +40,25 @@ def _censored_rows(y, lower, upper, shape):
     return at_lower, at_upper, c
 
 
-class CensoredNormal(_FixedScale):
+class _CensoredNormalRows(GLMFamily):
+    """What the censored Normal families share: ``pm.Censored(pm.Normal.dist(mu=eta,
+    sigma), lower, upper)`` read through the Normal inside (its ``mu`` and ``sigma``), the
+    responses needed to tell which rows are censored. Not registered itself: the
+    families below state whether ``sigma`` is fixed or free."""
+
+    label = "Censored Normal"
+    distribution = "CensoredRV"
+    dist_params = ("dist", "lower", "upper")
+    param_reader = "censored"
+    component = "NormalRV"
+    derived_params = ("mu", "sigma")
+    link, link_param = "identity", "mu"
+    link_hint = "a Normal distribution inside (pm.Censored(pm.Normal.dist(mu=eta, sigma), ...))"
+    needs_y = True
+    param_labels = {"sigma": "scale sigma", "lower": "lower bound", "upper": "upper bound"}
+
+
+class CensoredNormal(_CensoredNormalRows, _FixedScale):
     """Censored Normal regression with fixed ``sigma > 0``:
     ``pm.Censored(pm.Normal.dist(mu=eta, sigma), lower, upper)``, bounds fixed (numbers
     or one per row; either may be None or infinite). With ``g = log Phi`` and
@@ -63,19 +81,9 @@ class CensoredNormal(_FixedScale):
 
     name = "censored_normal"
     aliases = ("censored",)
-    label = "Censored Normal"
     description = ("pm.Censored(pm.Normal.dist(mu=eta, sigma), lower, upper) with sigma, "
                    "lower and upper fixed")
-    distribution = "CensoredRV"
-    dist_params = ("dist", "lower", "upper")
-    param_reader = "censored"
-    component = "NormalRV"
-    derived_params = ("mu", "sigma")
-    link, link_param = "identity", "mu"
-    link_hint = "a Normal distribution inside (pm.Censored(pm.Normal.dist(mu=eta, sigma), ...))"
     fixed_params = ("sigma", "lower", "upper")
-    needs_y = True
-    param_labels = {"sigma": "scale sigma", "lower": "lower bound", "upper": "upper bound"}
 
     def sup_derivative(self, m, **params):
         """Cornish et al. (2019), eq. 12: class docstring (the largest over the row types:
@@ -160,29 +168,16 @@ def _censored_partials(m, T, es):
     return [T * K, es * K, es**2 * (2.0 * G2 + T * G3), es**3 * G3]
 
 
-class CensoredNormalScale(GLMFamily):
+class CensoredNormalScale(_SampledScale, _CensoredNormalRows):
     """Censored Normal regression with a sampled scale: ``mu = eta``, ``sigma = e^s``,
     bounds fixed. Uncensored rows are :class:`NormalScale`'s; censored rows are
     ``l = log Phi(T)`` (:func:`_censored_partials`). Their control variates stay in the
     step's space (no :meth:`standard_logpdf`: a censored row is not ``-s + H(t)``)."""
 
     name = "censored_normal_scale"
-    label = "Censored Normal"
     description = ("pm.Censored(pm.Normal.dist(mu=eta, sigma), lower, upper) with lower and "
                    "upper fixed and sigma a positive free variable")
-    distribution = "CensoredRV"
-    dist_params = ("dist", "lower", "upper")
-    param_reader = "censored"
-    component = "NormalRV"
-    derived_params = ("mu", "sigma")
-    link, link_param = "identity", "mu"
-    link_hint = CensoredNormal.link_hint
     fixed_params = ("lower", "upper")
-    scale_param = "sigma"
-    free_params = ("sigma",)
-    needs_y = True
-    unbounded = "the derivatives in the log scale are unbounded"
-    param_labels = CensoredNormal.param_labels
 
     def box_partials(self, m, E, S, y, lower=None, upper=None, **params):
         """Uncensored rows: :func:`_location_scale` (Normal); censored rows:

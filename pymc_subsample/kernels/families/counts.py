@@ -37,7 +37,15 @@ class PoissonLog(GLMFamily):
         return (y * eta - mu, y - mu, -mu)
 
 
-class GammaLog(GLMFamily):
+class _LogShape(GLMFamily):
+    """A family with a mean ``e^eta`` and a shape ``a = e^s`` on the log scale, ``s`` the
+    second row coordinate: its derivatives in ``s`` are unbounded, so it has region
+    bounds only (the path bound over boxes of ``(eta, s)``)."""
+
+    unbounded = "the derivatives in the log shape are unbounded"
+
+
+class GammaLog(_LogShape):
     """Gamma with shape ``a = e^s`` and mean ``e^eta``: ``l = A(a) + a c(eta) + const``,
     ``A(a) = a log a - lgamma(a)``, ``c = log v - v``, ``v = y e^-eta``."""
 
@@ -49,7 +57,6 @@ class GammaLog(GLMFamily):
     dist_params = ("shape", "scale")
     link = "log_mean_shape_scale"
     scale_param = "shape"
-    unbounded = "the derivatives in the log shape are unbounded"
 
     def box_partials(self, m, E, S, y, **params):
         """With ``d/ds = a d/da``:
@@ -72,7 +79,7 @@ class GammaLog(GLMFamily):
         return [sss, a * (v - 1.0), a * v, a * v]
 
 
-class NegBinomialLog(GLMFamily):
+class NegBinomialLog(_LogShape):
     """NegativeBinomial with mean ``mu = e^eta`` and shape ``a = e^s``:
     ``l = lgamma(y + a) - lgamma(a) + a log a + y eta - (y + a) log(a + mu)``."""
 
@@ -84,7 +91,6 @@ class NegBinomialLog(GLMFamily):
     dist_params = ("n", "p")
     link = "log_mean_negbinomial"
     scale_param = "n"
-    unbounded = "the derivatives in the log shape are unbounded"
 
     def box_partials(self, m, E, S, y, **params):
         """With ``p = mu / (a + mu) = expit(eta - s)``, ``q = 1 - p``,

@@ -17,7 +17,7 @@ from .partials import _T_SUP3, _location_scale, _positive, _sup
 class _FixedScale(GLMFamily):
     """A location family with a fixed scale: ``f(eta) = g((y - eta) / sigma)``, whose
     m-th derivative scales as ``sigma^-m``; ``sigma`` is among its subclasses'
-    :attr:`~GLMFamily.fixed_params` (the case of a sampled scale is another family)."""
+    :attr:`~GLMFamily.fixed_params` (a sampled scale: :class:`_SampledScale`)."""
 
     needs_y = False
 
@@ -30,7 +30,39 @@ class _FixedScale(GLMFamily):
         return 1.0 / np.asarray(params["sigma"]), {"sigma": 1.0, **rest}
 
 
-class StudentT(_FixedScale):
+class _SampledScale(GLMFamily):
+    """A location family whose scale ``sigma = e^s`` is a free variable: rows of
+    ``(eta, s)``, bounded over boxes of both (the path bound); the case of a fixed scale
+    is :class:`_FixedScale`."""
+
+    scale_param = "sigma"
+    free_params = ("sigma",)
+    unbounded = "the derivatives in the log scale are unbounded"
+
+
+class _NormalRows(GLMFamily):
+    """What the Normal families share: ``pm.Normal(mu=eta, sigma)`` read through ``mu``
+    (the identity link), responses on the real line. Not registered itself."""
+
+    label = "Normal"
+    distribution = "NormalRV"
+    dist_params = ("mu", "sigma")
+    link, link_param = "identity", "mu"
+    support = "real"
+
+
+class _StudentTRows(GLMFamily):
+    """What the Student-t families share: ``pm.StudentT(nu, mu=eta, sigma)`` read through
+    ``mu`` (the identity link); each family states which of ``nu`` and ``sigma`` are fixed
+    or free. Not registered itself."""
+
+    label = "StudentT"
+    distribution = "StudentTRV"
+    dist_params = ("nu", "mu", "sigma")
+    link, link_param = "identity", "mu"
+
+
+class StudentT(_FixedScale, _StudentTRows):
     """Student-t regression with fixed ``nu > 0`` and scale ``sigma > 0``. Up to
     constants ``f(eta) = a log(1 + r^2 / c)``, ``r = y - eta``, ``a = (nu + 1) / 2``,
     ``c = nu sigma^2``; derivatives in ``eta`` are ``(-1)^m`` those in ``r``:
@@ -52,11 +84,7 @@ class StudentT(_FixedScale):
     name = "student_t"
     support = "real"
     aliases = ("studentt", "t")
-    label = "StudentT"
     description = "pm.StudentT(nu, mu=eta, sigma) with nu and sigma fixed"
-    distribution = "StudentTRV"
-    dist_params = ("nu", "mu", "sigma")
-    link, link_param = "identity", "mu"
     fixed_params = ("nu", "sigma")
     needs_y = True
 
@@ -99,19 +127,14 @@ class StudentT(_FixedScale):
         return (-a * np.log1p(r * r / c), 2.0 * a * r / den, 2.0 * a * (r * r - c) / den**2)
 
 
-class Normal(_FixedScale):
+class Normal(_FixedScale, _NormalRows):
     """Normal regression with fixed ``sigma > 0``: ``f(eta) = (y - eta)^2 / (2 sigma^2)``,
     ``f'' = 1/sigma^2``, ``f''' = 0``, so SMH-2's Taylor expansion is exact and every
     ``psi_i`` is 0 (the thinning test then never touches the data)."""
 
     name = "normal"
-    support = "real"
     aliases = ("gaussian",)
-    label = "Normal"
     description = "pm.Normal(mu=eta, sigma) with sigma fixed"
-    distribution = "NormalRV"
-    dist_params = ("mu", "sigma")
-    link, link_param = "identity", "mu"
     fixed_params = ("sigma",)
 
     def sup_derivative(self, m, **params):
@@ -135,19 +158,11 @@ class Normal(_FixedScale):
         return (-0.5 * r * r / sig2, r / sig2, -np.ones_like(r) / sig2)
 
 
-class NormalScale(GLMFamily):
+class NormalScale(_SampledScale, _NormalRows):
     """Normal regression with a sampled scale: ``mu = eta``, ``sigma = e^s``."""
 
     name = "normal_scale"
-    support = "real"
-    label = "Normal"
     description = "pm.Normal(mu=eta, sigma) with sigma a positive free variable"
-    distribution = "NormalRV"
-    dist_params = ("mu", "sigma")
-    link, link_param = "identity", "mu"
-    scale_param = "sigma"
-    free_params = ("sigma",)
-    unbounded = "the derivatives in the log scale are unbounded"
 
     def box_partials(self, m, E, S, y, **params):
         """The partials of :func:`_location_scale` (Normal)."""
@@ -158,22 +173,15 @@ class NormalScale(GLMFamily):
         return -0.5 * t * t, -t, -np.ones_like(t)
 
 
-class StudentTScale(GLMFamily):
+class StudentTScale(_SampledScale, _StudentTRows):
     """Student-t regression with fixed ``nu`` and a sampled scale: ``mu = eta``,
     ``sigma = e^s``."""
 
     name = "student_t_scale"
     support = "real"
-    label = "StudentT"
     description = ("pm.StudentT(nu, mu=eta, sigma) with nu fixed and sigma a positive "
                    "free variable")
-    distribution = "StudentTRV"
-    dist_params = ("nu", "mu", "sigma")
-    link, link_param = "identity", "mu"
     fixed_params = ("nu",)
-    scale_param = "sigma"
-    free_params = ("sigma",)
-    unbounded = "the derivatives in the log scale are unbounded"
 
     def box_partials(self, m, E, S, y, **params):
         """The partials of :func:`_location_scale` (Student-t)."""

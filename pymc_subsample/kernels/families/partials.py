@@ -1,6 +1,8 @@
 """Helpers shared by the GLM families: suprema over intervals, the probit link's
-derivatives and their enclosures, the location-scale partials, and the per-row box
-arithmetic of families whose rows differ by type (zero rows, censored rows).
+derivatives and their enclosures, the location-scale partials, the per-row box
+arithmetic of families whose rows differ by type (zero rows, censored rows), and the
+declarations the zero-inflated families share (:class:`_ZeroInflated`,
+:class:`_LogitPsi`).
 
 Every interval here is an :class:`~pymc_subsample.kernels.scalable.interval.Interval`; the
 order of partials is that of :func:`multi_indices`.
@@ -18,6 +20,7 @@ from scipy.special import log_ndtr
 
 from .._validation import check_finite_positive
 from ..scalable.interval import Interval
+from .base import GLMFamily
 
 
 #: sup_s |s (1 - s)(1 - 2 s)| over s in (0, 1), attained at s = 1/2 -+ 1/(2 sqrt 3).
@@ -115,6 +118,31 @@ def _logit_psi(psi, family: str) -> np.ndarray:
             f"{family}: psi (the probability of the count component) must lie strictly "
             "between 0 and 1; with psi = 1 use pm.Poisson.")
     return np.log(psi) - np.log1p(-psi)
+
+
+class _ZeroInflated(GLMFamily):
+    """What the zero-inflated families share: PyMC's zero-inflated distributions are a
+    ``Mixture`` of ``DiracDelta(0)`` and a count distribution with weights
+    ``(1 - psi, psi)``, read as its weights, zero and count components (the parameter
+    reader ``"zero_inflated"``), the count component with a log mean; their zero rows
+    and count rows differ, so the responses are needed. Not registered itself."""
+
+    distribution = "MixtureRV"
+    dist_params = ("w", "zero", "count")
+    param_reader = "zero_inflated"
+    link_hint = "a log link (use mu=pm.math.exp(eta))"
+    needs_y = True
+    param_labels = {"psi": "zero-inflation probability psi"}
+
+
+class _LogitPsi(GLMFamily):
+    """A zero-inflated family whose ``psi`` is a free variable in (0, 1), sampled on the
+    logit scale (PyMC's default for ``pm.Beta``, ``pm.Uniform(0, 1)``): the second row
+    coordinate is ``r = logit psi``."""
+
+    scale_param = "psi"
+    scale_transform = "logit"
+    free_params = ("psi",)
 
 
 def _rows_where(mask, a: Interval, b: Interval) -> Interval:

@@ -63,7 +63,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..scalable.interval import Interval
-from .base import GLMFamily
+from .location import _StudentTRows
 from .partials import multi_indices
 
 __all__ = ["StudentTNu", "StudentTNuFixedScale", "student_nu_partials"]
@@ -281,19 +281,15 @@ def _shift(params) -> float:
     return shift
 
 
-class StudentTNu(GLMFamily):
+class StudentTNu(_StudentTRows):
     """Student-t regression with ``nu`` and ``sigma`` sampled: ``mu = eta``,
     ``sigma = e^s``, ``nu = c + e^t`` (module docstring); three row coordinates
     ``(eta, s, t)``, the path bound over boxes of all three."""
 
     name = "student_t_nu"
     aliases = ("student_t_nu_scale",)
-    label = "StudentT"
     description = ("pm.StudentT(nu, mu=eta, sigma) with sigma a positive free variable and "
                    "nu one too (or c + one, c >= 0)")
-    distribution = "StudentTRV"
-    dist_params = ("nu", "mu", "sigma")
-    link, link_param = "identity", "mu"
     scale_param = "sigma"
     free_params = ("sigma", "nu")
     #: the third row coordinate: ``t = log(nu - nu_shift)`` (engine.glm)
@@ -315,18 +311,14 @@ class StudentTNu(GLMFamily):
         return [parts[j] for j in multi_indices(m, 3)]
 
 
-class StudentTNuFixedScale(GLMFamily):
+class StudentTNuFixedScale(_StudentTRows):
     """Student-t regression with ``nu`` sampled and ``sigma`` fixed: ``mu = eta``,
     ``nu = c + e^t``; two row coordinates ``(eta, t)`` (the two-parameter box API, the
     second coordinate being ``t``)."""
 
     name = "student_t_nu_fixed_scale"
-    label = "StudentT"
     description = ("pm.StudentT(nu, mu=eta, sigma) with sigma fixed and nu a positive free "
                    "variable (or c + one, c >= 0)")
-    distribution = "StudentTRV"
-    dist_params = ("nu", "mu", "sigma")
-    link, link_param = "identity", "mu"
     fixed_params = ("sigma",)
     scale_param = "nu"
     scale_transform = "log_shifted"

@@ -9,8 +9,15 @@ import numpy as np
 from scipy.special import expit, log_expit
 
 from ..scalable.interval import Interval
-from .base import GLMFamily
-from .partials import _ZI_ETA_MAX, _logit_psi, _per_row_box, _pieces, _rows_where
+from .partials import (
+    _ZI_ETA_MAX,
+    _LogitPsi,
+    _ZeroInflated,
+    _logit_psi,
+    _per_row_box,
+    _pieces,
+    _rows_where,
+)
 
 
 def _zip_zero_partials(m, E, R):
@@ -52,7 +59,18 @@ def _zip_count_partials(m, E, R):
     return [-(P * Q * (Q - P)), zero, zero, -X]
 
 
-class ZeroInflatedPoissonLog(GLMFamily):
+class _ZIPRows(_ZeroInflated):
+    """What the zero-inflated Poisson families share: ``pm.ZeroInflatedPoisson(psi,
+    mu=pm.math.exp(eta))``, its Poisson component read through ``mu`` with a log link.
+    Not registered itself: the families below state whether ``psi`` is fixed or free."""
+
+    label = "ZeroInflatedPoisson"
+    component = "PoissonRV"
+    derived_params = ("psi", "mu")
+    link, link_param = "log", "mu"
+
+
+class ZeroInflatedPoissonLog(_ZIPRows):
     """Zero-inflated Poisson with a log link and a fixed ``psi`` in (0, 1):
     ``p(0) = 1 - psi + psi e^-mu``, ``p(y) = psi Poisson(y | mu)`` for ``y > 0``,
     ``mu = e^eta``. PyMC builds it as a ``Mixture`` of ``DiracDelta(0)`` and the Poisson
@@ -71,20 +89,10 @@ class ZeroInflatedPoissonLog(GLMFamily):
 
     name = "zeroinflated_poisson_log"
     aliases = ("zip", "zeroinflated_poisson", "zero_inflated_poisson")
-    label = "ZeroInflatedPoisson"
     description = "pm.ZeroInflatedPoisson(psi, mu=pm.math.exp(eta)) with psi fixed"
-    distribution = "MixtureRV"
-    dist_params = ("w", "zero", "count")
-    param_reader = "zero_inflated"
-    component = "PoissonRV"
-    derived_params = ("psi", "mu")
-    link, link_param = "log", "mu"
-    link_hint = "a log link (use mu=pm.math.exp(eta))"
     fixed_params = ("psi",)
-    needs_y = True
     unbounded = ("zero-inflated Poisson with log link: the count rows' derivatives, "
                  "exp(eta), are unbounded")
-    param_labels = {"psi": "zero-inflation probability psi"}
 
     def local_sup(self, m, lo, hi, *, y=None, **params):
         """Region bound: ``exp(hi)`` for count rows, interval enclosures of ``|l^(m)|``
@@ -127,31 +135,18 @@ class ZeroInflatedPoissonLog(GLMFamily):
         return (l0, l1, l2)
 
 
-class ZeroInflatedPoissonLogit(GLMFamily):
+class ZeroInflatedPoissonLogit(_LogitPsi, _ZIPRows):
     """Zero-inflated Poisson with a log link and ``psi`` a free variable in (0, 1),
-    sampled on the logit scale (PyMC's default for ``pm.Beta``, ``pm.Uniform(0, 1)``):
-    rows of ``(eta, r = logit psi)``, both affine in the step's variables. The partials
+    sampled on the logit scale (:class:`~.partials._LogitPsi`): rows of
+    ``(eta, r = logit psi)``, both affine in the step's variables. The partials
     over a box of ``(eta, r)`` are :func:`_zip_count_partials` (``y > 0``) and
     :func:`_zip_zero_partials` (``y = 0``); none is bounded in ``eta`` alone for count
     rows, so region bounds (the path bound) are needed."""
 
     name = "zeroinflated_poisson_logit"
-    label = "ZeroInflatedPoisson"
     description = ("pm.ZeroInflatedPoisson(psi, mu=pm.math.exp(eta)) with psi a free "
                    "variable in (0, 1) (logit-transformed)")
-    distribution = "MixtureRV"
-    dist_params = ("w", "zero", "count")
-    param_reader = "zero_inflated"
-    component = "PoissonRV"
-    derived_params = ("psi", "mu")
-    link, link_param = "log", "mu"
-    link_hint = "a log link (use mu=pm.math.exp(eta))"
-    scale_param = "psi"
-    scale_transform = "logit"
-    free_params = ("psi",)
-    needs_y = True
     unbounded = "the count rows' derivatives, exp(eta), are unbounded"
-    param_labels = {"psi": "zero-inflation probability psi"}
 
     def box_partials(self, m, E, S, y, **params):
         """Count rows :func:`_zip_count_partials`, zero rows :func:`_zip_zero_partials`

@@ -12,8 +12,7 @@ import numpy as np
 from scipy.special import expit, log_expit
 
 from ..scalable.interval import Interval
-from .base import GLMFamily
-from .partials import _logit_psi, _per_row_box, _pieces, _rows_where
+from .partials import _LogitPsi, _ZeroInflated, _logit_psi, _per_row_box, _pieces, _rows_where
 
 
 def _zi_zero_partials(m, R, Z, g):
@@ -93,23 +92,19 @@ def _positive_alpha(params, family):
     return alpha
 
 
-class ZINBMeanFamily(GLMFamily):
+class ZINBMeanFamily(_ZeroInflated):
     """What the four zero-inflated NegativeBinomial families share: the PyMC mixture
     ``pm.ZeroInflatedNegativeBinomial(psi, mu=pm.math.exp(eta), alpha)`` read as its
-    weights, zero and NegativeBinomial components, with a log mean. Not registered
-    itself: the families below (and in :mod:`.zinb_alpha`, :mod:`.zinb_both`) state
-    which of ``psi`` and ``alpha`` are fixed or free."""
+    weights, zero and NegativeBinomial components (:class:`~.partials._ZeroInflated`),
+    with a log mean. Not registered itself: the families below (and in
+    :mod:`.zinb_alpha`, :mod:`.zinb_both`) state which of ``psi`` and ``alpha`` are fixed
+    or free."""
 
     label = "ZeroInflatedNegativeBinomial"
-    distribution = "MixtureRV"
-    dist_params = ("w", "zero", "count")
-    param_reader = "zero_inflated"
     component = "NegBinomialRV"
     derived_params = ("psi", "n", "p")
     link = "log_mean_negbinomial"
-    link_hint = "a log link (use mu=pm.math.exp(eta))"
-    needs_y = True
-    param_labels = {"psi": "zero-inflation probability psi", "n": "shape alpha"}
+    param_labels = {**_ZeroInflated.param_labels, "n": "shape alpha"}
 
 
 class ZeroInflatedNegBinomialLog(ZINBMeanFamily):
@@ -167,7 +162,7 @@ class ZeroInflatedNegBinomialLog(ZINBMeanFamily):
         return (l0, l1, l2)
 
 
-class ZeroInflatedNegBinomialLogit(ZINBMeanFamily):
+class ZeroInflatedNegBinomialLogit(_LogitPsi, ZINBMeanFamily):
     """Zero-inflated NegativeBinomial with a log link, fixed shape ``alpha`` and ``psi`` a
     free variable in (0, 1) sampled on the logit scale: rows of ``(eta, r = logit psi)``
     with the partials of :func:`_zinb_partials`."""
@@ -176,9 +171,6 @@ class ZeroInflatedNegBinomialLogit(ZINBMeanFamily):
     description = ("pm.ZeroInflatedNegativeBinomial(psi, mu=pm.math.exp(eta), alpha) with "
                    "alpha fixed and psi a free variable in (0, 1) (logit-transformed)")
     fixed_params = ("n",)
-    scale_param = "psi"
-    scale_transform = "logit"
-    free_params = ("psi",)
     unbounded = "the derivatives in logit psi need region bounds"
 
     def box_partials(self, m, E, S, y, **params):

@@ -27,7 +27,7 @@ import numpy as np
 from scipy.special import expit
 
 from ..scalable.interval import Interval
-from .counts import NegBinomialLog
+from .counts import NegBinomialLog, _LogShape
 from .partials import _logit_psi, _per_row_box, _rows_where
 from .zinb import ZINBMeanFamily
 
@@ -136,7 +136,7 @@ def zinb_alpha_zero_partials(m: int, E: Interval, S: Interval, r) -> list:
 _NB = NegBinomialLog()
 
 
-class ZeroInflatedNegBinomialAlpha(ZINBMeanFamily):
+class ZeroInflatedNegBinomialAlpha(_LogShape, ZINBMeanFamily):
     """Zero-inflated NegativeBinomial with a log link, ``psi`` in (0, 1) fixed and the
     shape ``alpha`` a positive free variable sampled on the log scale: rows of
     ``(eta, s = log alpha)``. Count rows have the partials of
@@ -152,7 +152,6 @@ class ZeroInflatedNegBinomialAlpha(ZINBMeanFamily):
     scale_param = "n"
     free_params = ("n",)
     support = "count"  # the non-negative integers (GLMFamily.support, where declared)
-    unbounded = "the derivatives in the log shape are unbounded"
 
     def box_partials(self, m, E, S, y, psi=None, **params):
         """Count rows: :meth:`NegBinomialLog.box_partials`; zero rows:

@@ -53,7 +53,7 @@ import numpy as np
 from ..scalable.interval import Interval
 from .counts import NegBinomialLog
 from .messages import auto_refusal
-from .partials import _rows_where, multi_indices
+from .partials import _LogitPsi, _rows_where, multi_indices
 from .zinb import ZINBMeanFamily
 from .zinb_alpha import _log_p0_partials
 
@@ -184,7 +184,7 @@ def zinb_both_partials(m: int, E: Interval, R: Interval, S: Interval, y) -> list
     return [_rows_where(zero, a, b) for a, b in zip(parts, count)]
 
 
-class ZeroInflatedNegBinomialBoth(ZINBMeanFamily):
+class ZeroInflatedNegBinomialBoth(_LogitPsi, ZINBMeanFamily):
     """Zero-inflated NegativeBinomial with a log link, ``psi`` a free variable in (0, 1)
     sampled on the logit scale and the shape ``alpha`` a positive free variable sampled
     on the log scale: three row coordinates ``(eta, logit psi, log alpha)``, the path
@@ -199,8 +199,6 @@ class ZeroInflatedNegBinomialBoth(ZINBMeanFamily):
     aliases = ("zinb_both",)
     description = ("pm.ZeroInflatedNegativeBinomial(psi, mu=pm.math.exp(eta), alpha) with "
                    "psi a free variable in (0, 1) and alpha a positive free variable")
-    scale_param = "psi"
-    scale_transform = "logit"
     free_params = ("psi", "n")
     #: the third row coordinate: ``s = log alpha`` (engine.glm)
     extra_coords = ("n",)
