@@ -58,7 +58,7 @@ try:  # PyTensor >= 2.31 moved graph traversal helpers
 except ImportError:  # pragma: no cover
     from pytensor.graph.basic import ancestors, io_toposort
 
-__all__ = ["GroupStructure", "NotFound", "RandomIntercept", "find_groups"]
+__all__ = ["GroupStructure", "NotFound", "RandomIntercept", "find_groups", "random_effects"]
 
 
 @dataclass(frozen=True)
@@ -395,3 +395,40 @@ def _with_fixed_block(engine, spec, params, eta, node, term, term_vars, q0):
         family=spec.family, params=params, terms=[term], fixed_idx=np.sort(fixed_idx),
         fixed_names=[_rv_name(model, v) for v in fixed_vals], _f_fn=f_fn,
         _y_index=y_index, engine=engine)
+
+
+def random_effects(engine) -> list[str]:
+    """Labels ``"a[g]"`` of the random effects in the model's likelihood: every gather,
+    in an observed variable's distribution parameters, of a vector that depends on the
+    sampled variables by integer row data (what a random intercept or slope per level of
+    a grouping factor is in a graph). Empty when there is none.
+
+    The steps use it to warn, before sampling, when such a model is not covered by the
+    blocked sweep (:func:`find_groups` returned a :class:`NotFound`): a joint move over
+    all its coordinates does not mix on it.
+    """
+    model = engine.model
+    params = []
+    for rv in model.observed_RVs:
+        op = rv.owner.op
+        values = op.dist_params(rv.owner) if hasattr(op, "dist_params") else rv.owner.inputs[3:]
+        params.extend(v for v in values if isinstance(v, pt.TensorVariable))
+    params = model.replace_rvs_by_values(params)
+    data_vars = engine.row_variables(params)
+    value_vars = set(model.value_vars)
+    found = []
+    for node in io_toposort(list(graph_inputs(params)), params):
+        if not isinstance(node.op, _GATHERS) or len(node.inputs) < 2:
+            continue
+        x, idx = node.inputs[0], node.inputs[1]
+        if not str(getattr(idx, "dtype", "")).startswith(("int", "uint")):
+            continue
+        sources = [a for a in ancestors([x]) if a in value_vars]
+        index_data = [a for a in ancestors([idx]) if a in data_vars]
+        if not sources or not index_data or any(a in data_vars for a in ancestors([x])):
+            continue
+        names = "/".join(sorted({model.values_to_rvs[v].name for v in sources}))
+        label = f"{names}[{getattr(index_data[0], 'name', None) or 'row index'}]"
+        if label not in found:
+            found.append(label)
+    return sorted(found)

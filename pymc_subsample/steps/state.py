@@ -213,6 +213,9 @@ class ChainState:
         msg = getattr(self, "_setup_warning", None)  # e.g. a mode search that failed
         if msg:
             self.warn_once("center", msg)
+        msg = getattr(self, "_structure_warning", None)  # random effects the sweep misses
+        if msg:
+            self.warn_once("structure", msg)
 
     def _new_chain(self) -> ChainVars:
         """A fresh per-chain record (steps whose record has fields without defaults
