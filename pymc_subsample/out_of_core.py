@@ -97,6 +97,15 @@ def open_rows(source, *, dtype=None, path=None, chunk: int = _CHUNK) -> np.memma
             f"array or memmap, or a Zarr array; got {type(source).__name__}.")
     if len(arr.shape) == 0:
         raise ValueError("open_rows: the data need a leading row axis; got a scalar.")
+    if dtype is None and not np.dtype(arr.dtype).isnative:
+        where = getattr(arr, "filename", None) or (
+            os.fspath(source) if isinstance(source, (str, os.PathLike)) else "the data")
+        native = np.dtype(arr.dtype).newbyteorder("=")
+        raise ValueError(
+            f"open_rows: {where} holds {np.dtype(arr.dtype).str} values (byte order not "
+            "this machine's), which PyTensor cannot compute with. Pass "
+            f"dtype={native.name!r} to convert them chunk by chunk into a new .npy file "
+            "(path= chooses where).")
     want = np.dtype(arr.dtype if dtype is None else dtype)
     if isinstance(arr, np.memmap) and arr.dtype == want and getattr(arr, "filename", None):
         return arr

@@ -357,3 +357,15 @@ def test_file_changed_before_sampling_is_caught_in_spawned_workers(tmp_path):
     text = "\n".join(texts)
     assert "DataFileChangedError" in text or isinstance(err.value, DataFileChangedError), text
     assert f"the data file '{x_path}'" in text, text
+
+
+def test_a_big_endian_npy_names_the_file_and_the_fix(tmp_path):
+    """A ``.npy`` of another byte order gave PyTensor's ``TypeError: Unsupported dtype
+    >f8``; now the message names the file and ``dtype=``, which converts it."""
+    path = tmp_path / "x.npy"
+    np.save(path, np.arange(12.0).reshape(6, 2).astype(">f8"))
+    with pytest.raises(ValueError, match=r"x\.npy holds >f8 values.*dtype='float64'"):
+        pms.out_of_core.rows(str(path))
+    converted = pms.out_of_core.rows(str(path), dtype="float64", path=str(tmp_path / "n.npy"))
+    np.testing.assert_array_equal(converted.data, np.arange(12.0).reshape(6, 2))
+    assert converted.data.dtype.isnative

@@ -19,6 +19,8 @@ thin the posterior first (``idata.sel(draw=slice(None, None, 10))``) when that i
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pymc as pm
 import pytensor.tensor as pt
@@ -114,14 +116,32 @@ class _ZarrWriter:
         import xarray as xr
 
         row_dim = self.row_dim_of[name]
-        if first:
-            shape = list(values.shape)
-            shape[dims.index(row_dim)] = self.rows.size
-            self._template(group, name, dims, tuple(shape), values.dtype, chunks, coords)
-        region = {d: slice(None) for d in dims}
-        region[row_dim] = slice(start, start + values.shape[dims.index(row_dim)])
-        xr.Dataset({name: xr.DataArray(values, dims=dims)}).to_zarr(
-            self.store, group=group, region=region, consolidated=False)
+        try:
+            if first:
+                shape = list(values.shape)
+                shape[dims.index(row_dim)] = self.rows.size
+                self._template(group, name, dims, tuple(shape), values.dtype, chunks, coords)
+            region = {d: slice(None) for d in dims}
+            region[row_dim] = slice(start, start + values.shape[dims.index(row_dim)])
+            xr.Dataset({name: xr.DataArray(values, dims=dims)}).to_zarr(
+                self.store, group=group, region=region, consolidated=False)
+        except OSError as err:
+            raise self._failed(err) from err
+
+    def _failed(self, err: OSError) -> OSError:
+        """The error of a failed write (a full disk, a lost mount), naming the store; a
+        store given as a path is removed, not left holding part of the result."""
+        import shutil
+
+        if isinstance(self.store, (str, os.PathLike)):
+            path = os.fspath(self.store)
+            shutil.rmtree(path, ignore_errors=True)
+            what = (f"writing the store {path!r} failed ({err}); the partial store was "
+                    "removed. Free space there, or pass another store=")
+        else:
+            what = (f"writing the store {self.store!r} failed ({err}); it holds part of "
+                    "the result: delete it before reading it")
+        return OSError(err.errno, f"sample_posterior_predictive: {what}.")
 
 
 def _open_lazy(store, group):

@@ -236,3 +236,32 @@ def test_zarr_store_streams_every_row(fitted, tmp_path, monkeypatch):
     sub_pp = group(sub, "posterior_predictive")["y"]
     np.testing.assert_array_equal(sub_pp[row_dim].values, [5, 700, 2999])
     np.testing.assert_array_equal(group(sub, "observed_data")["y"].values, y[[5, 700, 2999]])
+
+
+@pytest.mark.parametrize("fitted", ["poisson"], indirect=True)
+def test_a_full_disk_names_the_store_and_leaves_no_partial_store(fitted, tmp_path,
+                                                                monkeypatch):
+    """A write that fails part-way (a full disk: ``OSError(ENOSPC)`` on the third chunk)
+    raises an OSError naming the store, which is removed (it was left half written, and
+    the message named no path)."""
+    import errno
+
+    import xarray as xr
+
+    name, model, idata, y, _ = fitted
+    monkeypatch.setattr(predictive_module, "ROWS_PER_CHUNK", 512)
+    calls = {"n": 0}
+    to_zarr = xr.Dataset.to_zarr
+
+    def full_disk(self, *args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return to_zarr(self, *args, **kwargs)
+
+    monkeypatch.setattr(xr.Dataset, "to_zarr", full_disk)
+    store = tmp_path / "pp.zarr"
+    with pytest.raises(OSError, match=r"pp\.zarr.*No space left.*removed.*store=") as err:
+        pms.sample_posterior_predictive(idata, model, store=store, random_seed=11)
+    assert err.value.errno == errno.ENOSPC
+    assert not store.exists()
