@@ -421,3 +421,27 @@ def test_scalable_deferred_row_check_runs_before_the_hierarchical_sweep():
         finally:
             likelihood.DeferredRowCheck.run = original
     assert ran == ["sweep", 1]  # the sweep was chosen; the deferred check refused the row
+
+
+@pytest.mark.parametrize("bad", [20, -1], ids=["G", "negative"])
+def test_a_group_index_out_of_range_names_the_data_and_the_effects(bad):
+    """``g[0] = G`` (or -1) gave PyTensor's IndexError from the batch graph, naming no
+    variable; now the set-up refuses it, naming the index data, the row and the
+    effects."""
+    import pymc_subsample as pms
+
+    rng = np.random.default_rng(0)
+    n, G = 800, 20
+    g = rng.integers(0, G, n)
+    g[5] = bad
+    x = rng.standard_normal(n)
+    y = (rng.random(n) < 0.5).astype(np.int64)
+    with pm.Model():
+        gd = pm.Data("group", g)
+        a = pm.Normal("a", 0, pm.HalfNormal("tau", 1), shape=G)
+        b = pm.Normal("b", 0, 1)
+        pm.Bernoulli("y", logit_p=b * x + a[gd], observed=y)
+        with pytest.raises(pms.InvalidDataError,
+                           match=rf"data 'group' holds values .*\(row 5: {bad}\).*'a' of "
+                                 r"length 20.*0\.\.19"):
+            pms.AustereMH()

@@ -125,6 +125,7 @@ def analyse_model(model, shared, point, row_dim=None) -> ModelRows:
     ll_terms = _loglik_terms(model)
     prior = _prior_terms(model, _data_candidates(model, n_rows, shared))
     rows = _find_row_data(model, ll_terms, n_rows, row_dim, shared)
+    _check_gather_indices(model, ll_terms, rows, point)
     _check_no_row_latents(model, ll_terms, point, n_rows, row_dim)
     return ModelRows(row_dim, n_rows, rows, ll_terms, prior)
 
@@ -447,6 +448,71 @@ def _find_row_data(model, ll_terms, n, row_dim, shared):
     if not rows:  # pragma: no cover - the observed values are always row data
         raise ModelNotSupportedError("No row-indexed data was found in the likelihood.")
     return rows
+
+
+def _index_range(arr, chunk: int = 1 << 20):
+    """``(min, max)`` of an integer array, chunk by chunk (a memory map is read once)."""
+    lo, hi = None, None
+    for s in range(0, int(arr.shape[0]), chunk):
+        part = np.asarray(arr[s : s + chunk])
+        if part.size:
+            lo = int(part.min()) if lo is None else min(lo, int(part.min()))
+            hi = int(part.max()) if hi is None else max(hi, int(part.max()))
+    return lo, hi
+
+
+def _gathered_length(x, point):
+    """The length of the gathered vector ``x`` (static, else at the initial point), or
+    None when it cannot be read."""
+    if x.type.shape and x.type.shape[0] is not None:
+        return int(x.type.shape[0])
+    import pytensor
+
+    inputs = [v for v in graph_inputs([x]) if getattr(v, "name", None) in point
+              and not isinstance(v, (Constant, SharedVariable))]
+    try:
+        fn = pytensor.function(inputs, x.shape[0], on_unused_input="ignore")
+        return int(fn(*[point[v.name] for v in inputs]))
+    except Exception:  # noqa: BLE001 - then PyTensor's own check is the guard
+        return None
+
+
+def _check_gather_indices(model, ll_terms, rows, point):
+    """Refuse row data used as indices (``a[g]``) with values outside the gathered
+    vector: PyTensor's ``IndexError`` from deep in a compiled graph named neither."""
+    from pytensor.graph.basic import io_toposort
+    from pytensor.tensor.subtensor import AdvancedSubtensor, AdvancedSubtensor1
+
+    by_var = {r.variable: r for r in rows}
+    terms = [t for _, t in ll_terms]
+    for node in io_toposort(list(graph_inputs(terms)), terms):
+        if not isinstance(node.op, (AdvancedSubtensor, AdvancedSubtensor1)):
+            continue
+        if len(node.inputs) < 2:
+            continue
+        x, idx = node.inputs[0], node.inputs[1]
+        row = by_var.get(through_casts(idx))
+        if row is None or not np.issubdtype(np.dtype(idx.dtype), np.integer):
+            continue
+        length = _gathered_length(x, point)
+        if length is None:
+            continue
+        lo, hi = _index_range(row.array())
+        if lo is None or (lo >= 0 and hi < length):
+            continue
+        names = sorted({model.values_to_rvs[v].name for v in ancestors([x])
+                        if v in model.values_to_rvs})
+        what = f"'{names[0]}'" if len(names) == 1 else "a vector"
+        arr = row.array()
+        first = next(s + int(np.flatnonzero((part < 0) | (part >= length))[0])
+                     for s in range(0, int(arr.shape[0]), 1 << 20)
+                     for part in [np.asarray(arr[s : s + (1 << 20)])]
+                     if np.any((part < 0) | (part >= length)))
+        raise InvalidDataError(
+            f"The index data {row.name} holds values {lo}..{hi} (row {first}: "
+            f"{int(arr[first])}), but it indexes {what} of length {length}: every index "
+            f"must be in 0..{length - 1}. Recode the groups as 0..G-1 (e.g. "
+            "pandas.factorize) or give the effects one entry per group.")
 
 
 def _check_no_row_latents(model, ll_terms, point, n, row_dim):
