@@ -34,6 +34,7 @@ from ..out_of_core import keep_observations_on_disk
 from .data import DataGuard
 from .progress import fit_progress_columns, progress_columns, progress_update_functions
 from .variables import step_value_vars
+from .watch import WatchedChain
 from .state import (
     BASE_STATS,
     DRAW_STATS,
@@ -51,7 +52,7 @@ except ImportError:  # pragma: no cover
 
 __all__ = ["SubsampleStep"]
 
-class SubsampleStep(DataGuard, ChainState, ArrayStepShared):
+class SubsampleStep(DataGuard, WatchedChain, ChainState, ArrayStepShared):
     """Base class of the subsampling step methods: the PyMC plumbing.
 
     Subclasses implement :meth:`_setup` (the set-up passes, once per step object; it may
@@ -188,6 +189,7 @@ class SubsampleStep(DataGuard, ChainState, ArrayStepShared):
         """Store the Laplace approximation (mean, Cholesky factor of ``cov``) that the
         warm-up start and the steps' checks draw on."""
         self._laplace_mean, self._laplace_chol = mean, np.linalg.cholesky(cov)
+        self._check_proper(mean, cov)
 
     # ------------------------------------------------------------------ recorded settings
     def settings(self) -> dict:
@@ -259,6 +261,7 @@ class SubsampleStep(DataGuard, ChainState, ArrayStepShared):
             transitions.append(stats)
         self._check_collapse(q)
         stats = summarise(transitions)
+        self._watch_chain(q0.data, q, stats)
         stats["accepted"] = stats["accepted"] / self.steps_per_draw
         stats["accept"] = stats["accept"] / self.steps_per_draw
         stats["scaling"] = self._scaling()

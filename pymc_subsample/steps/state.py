@@ -21,6 +21,8 @@ from pymc.step_methods.state import dataclass_state
 from pymc.stats.convergence import SamplerWarning, WarningType
 from pymc.util import get_random_generator
 
+from .watch import ChainWatch
+
 __all__ = [
     "BASE_STATS",
     "SETTING_DTYPES",
@@ -137,6 +139,8 @@ class ChainVars:
     warnings: Warnings = field(default_factory=Warnings)
     #: the next draw is the chain's first (the Laplace start of ``init="laplace"``)
     start_pending: bool = True
+    #: the counts of :mod:`pymc_subsample.steps.watch` (a stuck chain, fallbacks)
+    watch: ChainWatch = field(default_factory=ChainWatch)
 
 
 @dataclass_state
@@ -216,6 +220,9 @@ class ChainState:
         msg = getattr(self, "_structure_warning", None)  # random effects the sweep misses
         if msg:
             self.warn_once("structure", msg)
+        msg = getattr(self, "_improper_warning", None)  # a flat prior left improper
+        if msg:
+            self.warn_once("improper", msg)
 
     def _new_chain(self) -> ChainVars:
         """A fresh per-chain record (steps whose record has fields without defaults
