@@ -19,7 +19,12 @@ declares, in plain strings, the PyMC distribution op it matches, its parameters 
 link reader of :data:`LINKS` that finds ``eta``, and what must be fixed or free;
 :func:`detect_glm` takes the one family that matches (two matching is an error of the
 registry, not a choice by order), and the numbers (suprema, row terms) are the family's
-methods. Only the graph work is here.
+methods. Only the graph work is here. Families of rows with several scalars (a
+Categorical's multinomial logit, ordered logistic and probit rows) are in the same
+registry and recognised by the same :func:`detect_glm`: their
+:attr:`~pymc_subsample.kernels.families.GLMFamily.structure` names another reader
+(:func:`structure_readers`: :mod:`pymc_subsample.engine.softmax`,
+:mod:`pymc_subsample.engine.ordered`), which builds their spec.
 """
 
 from __future__ import annotations
@@ -43,7 +48,8 @@ except ImportError:  # pragma: no cover - older PyTensor
     from pytensor.graph.basic import ancestors, graph_inputs
 
 __all__ = ["AmbiguousFamilies", "GLMSpec", "LINKS", "detect_glm", "detect_glms", "glm_psi",
-           "chunk_psi", "two_param_chunk_psi", "eta_is_affine", "register_link", "SUPPORTED_TEXT"]
+           "chunk_psi", "two_param_chunk_psi", "eta_is_affine", "register_link",
+           "structure_readers", "SUPPORTED_TEXT"]
 
 
 def __getattr__(name):
@@ -354,20 +360,48 @@ def _fixed_value(var, name, obs, model):
     return np.asarray(var.eval(), dtype=np.float64)
 
 
-def _match(family, params, rv, model):
-    """A :class:`GLMSpec` of ``family`` for the observed ``rv`` with distribution
-    parameters ``params`` (by name), or None when the family's link does not match; its
-    fixed parameters must be fixed (ValueError)."""
-    eta = LINKS[family.link](params, family)
-    if eta is None:
-        return None
+def _read_link(params, family):
+    """The ``eta`` of ``family``'s link reader (:data:`LINKS`), or None."""
+    return LINKS[family.link](params, family)
+
+
+def _match(family, params, eta, rv, model):
+    """The :class:`GLMSpec` of ``family`` for the observed ``rv`` with distribution
+    parameters ``params`` (by name) and the linear predictor ``eta`` its link read, in
+    terms of the model's value variables; its fixed parameters must be fixed
+    (ValueError)."""
     values = {p: _fixed_value(params[p], family.param_label(p), rv.name, model)
               for p in family.fixed_params}
     log_scale = _second_coordinate(family, params, rv.name, model, values)
     # further row coordinates (a sampled Student-t nu: t = log(nu - c))
     extra = tuple(_shifted_log(params[p], p, rv.name, model, values)
                   for p in family.extra_coords)
-    return GLMSpec(family.name, rv.name, eta, values, log_scale, extra)
+    spec = GLMSpec(family.name, rv.name, eta, values, log_scale, extra)
+    spec.eta = model.replace_rvs_by_values([spec.eta])[0]
+    if spec.log_scale is not None:
+        spec.log_scale = model.replace_rvs_by_values([spec.log_scale])[0]
+    if spec.extra:
+        spec.extra = tuple(model.replace_rvs_by_values(list(spec.extra)))
+    return spec
+
+
+def structure_readers() -> dict:
+    """The engine's readers of a family's row structure, by the name a family declares
+    (:attr:`~pymc_subsample.kernels.families.GLMFamily.structure`): ``(read, build)``
+    with ``read(params, family) -> found or None`` (what the family's link finds in the
+    distribution's parameters ``params``, by name; None: not this family) and
+    ``build(family, params, found, rv, model) -> spec`` (the spec of the observed ``rv``,
+    in value variables, or a ValueError refusal):
+
+    * ``"glm"``: one linear predictor, :data:`LINKS` and :class:`GLMSpec`;
+    * ``"softmax"``: ``K`` class predictors (:mod:`pymc_subsample.engine.softmax`);
+    * ``"ordered"``: a predictor and cutpoints (:mod:`pymc_subsample.engine.ordered`).
+    """
+    from .ordered import ordered_spec, read_ordered  # they import this module
+    from .softmax import read_softmax, softmax_spec
+
+    return {"glm": (_read_link, _match), "softmax": (read_softmax, softmax_spec),
+            "ordered": (read_ordered, ordered_spec)}
 
 
 class AmbiguousFamilies(RuntimeError):
@@ -377,18 +411,23 @@ class AmbiguousFamilies(RuntimeError):
 
 
 def _candidates(model, rv, values):
-    """``(family, params, unmet, eta)`` for each registered family of ``rv``'s op whose
+    """``(family, params, unmet, found)`` for each registered family of ``rv``'s op whose
     parameter reader matches: its unmet requirements
-    (:meth:`~pymc_subsample.kernels.families.GLMFamily.unmet`) and its link's ``eta``
-    (None when the link does not match)."""
+    (:meth:`~pymc_subsample.kernels.families.GLMFamily.unmet`) and what its structure's
+    reader found (:func:`structure_readers`: the link's ``eta`` for a GLM; None when the
+    link does not match)."""
     op_name = type(rv.owner.op).__name__
+    readers = structure_readers()
     out = []
     for family in [f for f in FAMILIES.values() if f.distribution == op_name]:
         params = _family_params(family, values)
         if params is None:
             continue
         unmet = family.unmet(lambda p, params=params: _is_fixed(params[p], model))
-        out.append((family, params, unmet, LINKS[family.link](params, family)))
+        if family.structure not in readers:
+            raise ValueError(f"GLM family {family.name!r}: unknown structure "
+                             f"{family.structure!r} (the engine reads {sorted(readers)}).")
+        out.append((family, params, unmet, readers[family.structure][0](params, family)))
     return out
 
 
@@ -425,8 +464,9 @@ def detect_glm(model, observed=None) -> GLMSpec:
 
     Of the registered families (:data:`pymc_subsample.kernels.families.FAMILIES`) whose
     ``distribution`` is the observed variable's op, exactly one may match: its
-    parameter reader and link reader match the graph and its requirements (what must be
-    fixed, what free) hold. Two matching raise :class:`AmbiguousFamilies`; none, a
+    parameter reader and link reader (or, for another structure, that structure's
+    reader: :func:`structure_readers`) match the graph and its requirements (what must
+    be fixed, what free) hold. Two matching raise :class:`AmbiguousFamilies`; none, a
     ValueError naming what the closest family needs (:func:`_refusal`).
 
     Parameters
@@ -439,6 +479,9 @@ def detect_glm(model, observed=None) -> GLMSpec:
     Returns
     -------
     GLMSpec
+        Or the spec of the family's structure (a
+        :class:`~pymc_subsample.engine.softmax.SoftmaxSpec`, an
+        :class:`~pymc_subsample.engine.ordered.OrderedSpec`).
     """
     obs = list(model.observed_RVs) if observed is None else [observed]
     if len(obs) != 1:
@@ -457,18 +500,15 @@ def detect_glm(model, observed=None) -> GLMSpec:
             "fixed or free that tells it apart (GLMFamily.fixed_params / free_params).")
     if not matches:
         raise _refusal(rv, candidates)
-    spec = _match(matches[0][0], matches[0][1], rv, model)
-    spec.eta = model.replace_rvs_by_values([spec.eta])[0]
-    if spec.log_scale is not None:
-        spec.log_scale = model.replace_rvs_by_values([spec.log_scale])[0]
-    if spec.extra:
-        spec.extra = tuple(model.replace_rvs_by_values(list(spec.extra)))
-    return spec
+    family, params, _, found = matches[0]
+    return structure_readers()[family.structure][1](family, params, found, rv, model)
 
 
 def detect_glms(model) -> list:
-    """One :class:`GLMSpec` per observed variable of ``model`` (:func:`detect_glm` on
-    each), or a ValueError saying which variable is not recognised.
+    """One spec per observed variable of ``model`` (:func:`detect_glm` on each: a
+    :class:`GLMSpec`, or the spec of a Categorical family's structure), or a ValueError
+    saying which variable is not recognised. ScalableMH's ``bounds="auto"`` recognition
+    (:func:`pymc_subsample.engine.softmax.detect_specs`).
 
     The engine sums the observed variables' terms row by row
     (:meth:`pymc_subsample.engine.batch_graph.BatchGraph.loglik`), so row ``i``'s term is
@@ -483,7 +523,7 @@ def detect_glms(model) -> list:
 
     Returns
     -------
-    list of GLMSpec
+    list of GLMSpec (or specs of another structure)
         In the order of ``model.observed_RVs``.
     """
     from .analysis import _static_len
@@ -647,7 +687,7 @@ def glm_psi(engine, spec: GLMSpec, order: int, q_hat, *, chunk: int = 65536,
         exceeds float32's range.
     """
     q_hat = np.asarray(q_hat, dtype=np.float64)
-    if getattr(spec, "row_psi", None) is not None:  # other row kinds (engine/softmax.py)
+    if getattr(spec, "row_psi", None) is not None:  # other structures (softmax, ordered)
         return spec.row_psi(engine, order, q_hat, chunk=chunk, whiten=whiten, radius=radius)
     if spec.two_param:
         return _two_param_psi(engine, spec, order, q_hat, chunk, whiten, radius)

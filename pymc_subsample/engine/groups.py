@@ -255,6 +255,8 @@ def _glm(model):
     except ValueError as err:
         raise _Refused(f"not a GLM likelihood the sweep knows ({err})") from None
     family = get_family(spec.family)
+    if family.structure != "glm":
+        raise _Refused(f"the {family.name} likelihood (rows of several scalars) is not covered")
     if spec.two_param or not family.predictor_coordinates:
         raise _Refused(f"the {family.label} likelihood with a sampled scale is not covered yet")
     params = {}

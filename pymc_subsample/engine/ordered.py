@@ -2,10 +2,17 @@
 
 ``pm.OrderedLogistic("y", eta=eta, cutpoints=c, observed=y)`` is a ``Categorical`` whose
 ``p`` PyMC builds from differences of ``sigmoid(c - eta[:, None])`` (PyMC 5 and 6 alike);
-``pm.OrderedProbit`` from ``Phi((c - eta[:, None]) / sigma)`` differences. This module
-finds the ``(N, K-1)`` difference ``c - eta[:, None]`` (or ``eta[:, None] - c``) in the
-graph of ``p`` (:func:`detect_ordered`) and checks numerically, on sample rows at several
-points, that ``p`` is the link's cdf differences of it (so a look-alike graph is refused).
+``pm.OrderedProbit`` from ``Phi((c - eta[:, None]) / sigma)`` differences. Their families
+in the registry, ``ordered_logistic`` and ``ordered_probit``
+(:mod:`pymc_subsample.kernels.families.categorical`), declare the structure
+``"ordered"``, whose reader is here (:func:`read_ordered`, used by the registry's
+detection, :func:`pymc_subsample.engine.glm.detect_glm`, which builds the
+:class:`OrderedSpec` with :func:`ordered_spec`): it finds the ``(N, K-1)`` difference
+``c - eta[:, None]`` (or ``eta[:, None] - c``) in the graph of ``p`` and checks
+numerically, with test values in place of ``eta`` and ``c``, that ``p`` is the family's
+cdf differences of it (so a look-alike graph, or a probit with a sampled ``sigma``,
+matches neither family); :func:`ordered_psi` checks it again on sample rows at several
+points, where it also reads the probit's fixed ``sigma``.
 
 Row ``i`` depends on ``q`` through ``a_i = c_{y_i} - eta_i`` and ``b_i = c_{y_i-1} - eta_i``.
 ``eta`` must be affine in ``q``; the cutpoints are data-free and, under the ordered
@@ -19,32 +26,33 @@ differences and verified at random points. Taking predictor coordinates ``v = (b
 instead would make the rows affine, but would need a second set of control variates in
 ``v``; the curvature terms in ``q`` are a few closed-form numbers per category.
 
-The constants are :func:`pymc_subsample.kernels.scalable.ordered.ordered_constants`
-(Cornish et al. 2019, "Scalable Metropolis-Hastings for exact Bayesian inference with
-large datasets", eq. 12, in the whitened region form of the path step factor).
+The constants are the family's ``row_constants``,
+:func:`pymc_subsample.kernels.scalable.ordered.ordered_constants` (Cornish et al. 2019,
+"Scalable Metropolis-Hastings for exact Bayesian inference with large datasets", eq. 12,
+in the whitened region form of the path step factor).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import weakref
+
 import numpy as np
 import pytensor.tensor as pt
+from pytensor.graph.basic import Constant
 
 from .evaluate import thread_copy
 from .glm import is_affine, sample_rows
 from ..kernels.scalable.bounds import UpperBounds
-from ..kernels.families import auto_refusal
-from ..kernels.scalable.ordered import ORDERED_LINKS, ordered_constants
+from ..kernels.families import auto_refusal, get_family
 
 try:
-    from pytensor.graph.traversal import ancestors
+    from pytensor.graph.traversal import ancestors, graph_inputs
 except ImportError:  # pragma: no cover
-    from pytensor.graph.basic import ancestors
+    from pytensor.graph.basic import ancestors, graph_inputs
 
-__all__ = ["OrderedSpec", "cut_structure", "detect_ordered", "ordered_psi"]
-
-FAMILIES = {"logit": "ordered_logistic", "probit": "ordered_probit"}
+__all__ = ["OrderedSpec", "cut_structure", "ordered_psi", "ordered_spec", "read_ordered"]
 
 
 @dataclass
@@ -62,13 +70,18 @@ class OrderedSpec:
     cut: object  # (K-1,) expression in value variables
     p: object  # (N, K) the Categorical's p
     orientation: int  # +1: the graph has c - eta; -1: eta - c
-    family: str = "ordered_logistic"
-    params: dict = field(default_factory=dict)
+    family: str  # its registered family: ordered_logistic or ordered_probit
+    params: dict = field(default_factory=dict)  # link and sigma, set by ordered_psi
     log_scale: object = None
     compiled: dict = field(default_factory=dict, repr=False)
 
     two_param = True
     in_q = True
+
+    @property
+    def glm_family(self):
+        """The registered family of :attr:`family`."""
+        return get_family(self.family)
 
     def row_psi(self, engine, order, q_hat, *, chunk=65536, whiten=None, radius=None):
         """:func:`ordered_psi` of this spec."""
@@ -115,22 +128,115 @@ def _candidates(p):
     return out
 
 
-def detect_ordered(model, rv):
-    """An :class:`OrderedSpec` when the observed ``rv`` is a Categorical whose ``p`` is
-    built from ``c - eta[:, None]`` (PyMC's OrderedLogistic/OrderedProbit); None
-    otherwise (the numerical check of the link is :func:`ordered_psi`'s)."""
-    node = rv.owner
-    if node is None or type(node.op).__name__ != "CategoricalRV":
+#: ``p -> (eta, cut, sign, tests)`` of the graphs read so far (:func:`_probe`): the
+#: detection runs several times per step set-up, the test function is compiled once
+_PROBED = weakref.WeakKeyDictionary()
+#: distances of test predictors from the first test cutpoint (:func:`_test_values`), on
+#: both sides: a probit scale from about 0.005 to 50 is read from them
+_OFFSETS = np.geomspace(0.01, 20.0, 7)
+
+
+def _cut_length(cut, p):
+    """The number of cutpoints: static, or one less than ``p``'s classes, or evaluated
+    (None when unknown)."""
+    import pytensor
+
+    if cut.type.shape[0] is not None:
+        return int(cut.type.shape[0])
+    if p.type.shape[-1] is not None:
+        return int(p.type.shape[-1]) - 1
+    try:
+        return int(pytensor.function([], cut.shape[0], mode="FAST_COMPILE")())
+    except Exception:  # noqa: BLE001 - not readable: not the pattern
         return None
-    op = node.op
-    values = op.dist_params(node) if hasattr(op, "dist_params") else node.inputs[3:]
-    p = values[0]
+
+
+def _test_values(k):
+    """Two sets of test ``(eta, cut)``, ``k`` increasing cutpoints and predictors about
+    the first of them (:data:`_OFFSETS`) and across all (the second set shifted and
+    stretched)."""
+    out = []
+    for j in range(2):
+        cut = np.linspace(-1.0, 1.2, k) * (1.0 + 0.3 * j) + 0.2 * j
+        eta = np.concatenate([cut[0] - _OFFSETS, cut[0] + _OFFSETS,
+                              np.linspace(-2.5, 2.5, 11) + 0.37 * j])
+        out.append((eta, cut))
+    return out
+
+
+def _probe(p):
+    """``(eta, cut, sign, tests)`` of the first cutpoint difference in the graph of
+    ``p`` (:func:`_candidates`), ``tests`` a list of ``(eta, cut, p)`` values of ``p`` as a
+    function of test values of ``eta`` and ``cut`` (:func:`_test_values`), or None when the
+    graph has no such difference or ``p`` depends on anything else (a sampled probit
+    ``sigma``). Cached per graph (:data:`_PROBED`)."""
+    if p in _PROBED:
+        return _PROBED[p]
+    _PROBED[p] = out = _probe_graph(p)
+    return out
+
+
+def _probe_graph(p):
+    """:func:`_probe`, uncached."""
+    import pytensor
+    from pytensor.graph.replace import clone_replace
+
     found = _candidates(p)
     if not found:
         return None
     eta, cut, sign = found[0]
-    eta, cut, p = model.replace_rvs_by_values([eta, cut, p])
-    return OrderedSpec(rv.name, eta, cut, p, sign)
+    k = _cut_length(cut, p)
+    if k is None or k < 1:
+        return None
+    e_test = pt.vector("eta_test", dtype=eta.dtype)
+    c_test = pt.vector("cut_test", dtype=cut.dtype)
+    try:
+        h = clone_replace(pt.as_tensor_variable(p), {eta: e_test, cut: c_test},
+                          rebuild_strict=False)
+        if any(v is not e_test and v is not c_test and not isinstance(v, Constant)
+               for v in graph_inputs([h])):
+            return None
+        fn = pytensor.function([e_test, c_test], h, mode="FAST_COMPILE")
+        tests = [(e, c, np.asarray(fn(e, c), dtype=np.float64)) for e, c in _test_values(k)]
+    except Exception:  # noqa: BLE001 - not the pattern: the caller says what is supported
+        return None
+    return eta, cut, sign, tests
+
+
+def _scale_fits(family, tests):
+    """The scale ``sigma`` with which ``family``'s cdf differences
+    (:meth:`~pymc_subsample.kernels.families.categorical.OrderedLogistic.probabilities`)
+    reproduce every ``(eta, cut, p)`` of ``tests`` (fitted on the first), or None."""
+    if any(np.ndim(t[2]) != 2 or np.shape(t[2])[1] != t[1].size + 1 for t in tests):
+        return None  # not K - 1 cutpoints' K classes per row
+    eta, cut, p = tests[0][:3]
+    sigma = family.fit_scale(eta, cut, p[:, 0])
+    if sigma is None:
+        return None
+    if all(np.allclose(family.probabilities(e, c, sigma), q, rtol=1e-6, atol=1e-9)
+           for e, c, q in (t[:3] for t in tests)):
+        return sigma
+    return None
+
+
+def read_ordered(params, family):
+    """``(eta, cut, sign)`` when the Categorical's ``p`` (``params["p"]``) is built from a
+    cutpoint difference ``c - eta[:, None]`` and is ``family``'s cdf differences of it for
+    test values of ``eta`` and ``c`` (with one fixed scale, for the probit), else None: the
+    ``"ordered"`` structure's reader (:func:`pymc_subsample.engine.glm.
+    structure_readers`)."""
+    probed = _probe(params[family.link_param])
+    if probed is None or _scale_fits(family, probed[3]) is None:
+        return None
+    return probed[:3]
+
+
+def ordered_spec(family, params, found, rv, model) -> OrderedSpec:
+    """The :class:`OrderedSpec` of the observed ``rv`` from :func:`read_ordered`'s
+    ``found``, in value variables."""
+    eta, cut, sign = found
+    eta, cut, p = model.replace_rvs_by_values([eta, cut, params[family.link_param]])
+    return OrderedSpec(rv.name, eta, cut, p, sign, family.name)
 
 
 def _fns(engine, spec):
@@ -151,38 +257,17 @@ def _eval(engine, spec, q, data):
             np.asarray(p, dtype=np.float64), np.asarray(y).reshape(-1))
 
 
-def _link_p(link, eta, cut, sigma=1.0):
-    from scipy.special import expit, ndtr
-    t = cut[None, :] - eta[:, None]
-    F = expit(t) if link == "logit" else ndtr(t / sigma)
-    F = np.concatenate([np.zeros((eta.size, 1)), F, np.ones((eta.size, 1))], axis=1)
-    return np.diff(F, axis=1)
-
-
-def _identify_link(engine, spec, q_hat, data):
-    """``(link, sigma)`` that reproduce the graph's ``p`` at several points, or a
-    refusal."""
-    from scipy.special import ndtri
+def _link_scale(engine, spec, q_hat, data):
+    """The scale ``sigma`` (1 for the logistic) with which the family's cdf differences
+    reproduce the graph's ``p`` on the rows ``data`` at several points, or a refusal."""
     rng = np.random.default_rng(0)
     points = [q_hat] + [q_hat + 0.3 * rng.standard_normal(q_hat.size) for _ in range(2)]
-    vals = [_eval(engine, spec, q, data) for q in points]
-    for link in ("logit", "probit"):
-        sigma = 1.0
-        if link == "probit":
-            eta, cut, p, _ = vals[0]
-            p0 = p[:, 0]
-            ok = (p0 > 1e-6) & (p0 < 1 - 1e-6) & (np.abs(cut[0] - eta) > 1e-3)
-            if not np.any(ok):
-                break
-            sigma = float(np.median((cut[0] - eta[ok]) / ndtri(p0[ok])))
-            if not (np.isfinite(sigma) and sigma > 0):
-                break
-        if all(np.allclose(_link_p(link, e, c, sigma), p, rtol=1e-6, atol=1e-9)
-               for e, c, p, _ in vals):
-            return link, sigma
-    raise ValueError(auto_refusal(
-        f"observed '{spec.observed}' is Categorical with p from cutpoints, but not "
-        "OrderedLogistic's (or OrderedProbit's, with a fixed sigma)."))
+    sigma = _scale_fits(spec.glm_family, [_eval(engine, spec, q, data) for q in points])
+    if sigma is None:
+        raise ValueError(auto_refusal(
+            f"the p of observed '{spec.observed}' is not {spec.family}'s cdf differences "
+            "on its rows (with one fixed sigma, for the probit)."))
+    return sigma
 
 
 def cut_structure(cut_fn, q_hat, *, seed: int = 0):
@@ -229,10 +314,11 @@ def cut_structure(cut_fn, q_hat, *, seed: int = 0):
 
 def ordered_psi(engine, spec: OrderedSpec, order: int, q_hat, *, chunk: int = 65536,
                 whiten=None, radius=None) -> np.ndarray:
-    """Per-row constants of ordered-logistic or ordered-probit rows (:mod:`pymc_subsample.kernels.
-    family_ordered`), in one chunked pass: each chunk's predictors at ``q_hat`` and their
-    exact Jacobians (``d + 1`` evaluations of the affine ``eta``), the responses, and the
-    cutpoints' structure (once).
+    """Per-row constants of ordered-logistic or ordered-probit rows (the family's
+    ``row_constants``, :mod:`pymc_subsample.kernels.scalable.ordered`), in one chunked
+    pass: each chunk's predictors at ``q_hat`` and their exact Jacobians (``d + 1``
+    evaluations of the affine ``eta``), the responses, and the cutpoints' structure
+    (once).
 
     Parameters
     ----------
@@ -260,11 +346,9 @@ def ordered_psi(engine, spec: OrderedSpec, order: int, q_hat, *, chunk: int = 65
     L = np.asarray(whiten, dtype=np.float64)
     rng = np.random.default_rng(0)  # set-up checks, not sampling
     data = sample_rows(engine, rng)
-    link, sigma = _identify_link(engine, spec, q_hat, data)
-    spec.family = FAMILIES[link]
-    spec.params = {"link": link, "sigma": sigma}
-    if link not in ORDERED_LINKS:  # pragma: no cover - both links are bounded
-        raise ValueError(auto_refusal(f"observed '{name}': link {link!r} has no bounds."))
+    fam = spec.glm_family
+    sigma = _link_scale(engine, spec, q_hat, data)
+    spec.params = {"link": fam.link, "sigma": sigma}
     if not is_affine(lambda q: _eval(engine, spec, q, data)[0], q_hat, rng):
         raise ValueError(auto_refusal(
             f"eta of observed '{name}' ({spec.family}) is not affine in the sampled "
@@ -287,7 +371,7 @@ def ordered_psi(engine, spec: OrderedSpec, order: int, q_hat, *, chunk: int = 65
         J = np.column_stack([_eval(engine, spec, q_hat + eye[j], rows)[0] - base
                              for j in range(d)])
         y = np.asarray(y, dtype=np.int64)
-        return ordered_constants(link, order, y, base / sigma, (J / sigma) @ L, c_hat, P, B,
+        return fam.row_constants(order, y, base / sigma, (J / sigma) @ L, c_hat, P, B,
                                  q_hat[S], S, L, radius)
 
     engine.map_rows(one_chunk, psi.put, chunk)

@@ -6,19 +6,24 @@ The model
     pm.Categorical("y", p=pm.math.softmax(eta, axis=-1), observed=y)   # or logit_p=eta
 
 has rows ``U_i = lse(eta_i) - eta_{i, y_i}`` that depend on ``q`` through K class
-predictors at once, so it is not a one-parameter GLM of the family registry
-(:mod:`pymc_subsample.kernels.families`): this module recognises it
-(:func:`detect_softmax`), computes the rows' exact Jacobians ``J_i`` (K x d: the columns
-``eta_i(q_hat + e_j) - eta_i(q_hat)`` of the affine predictors, as
-:func:`pymc_subsample.engine.glm.glm_psi` does for one predictor) and hands them to
-:func:`pymc_subsample.kernels.scalable.softmax.softmax_constants` for the constants of Cornish et
-al. (2019), "Scalable Metropolis-Hastings for exact Bayesian inference with large
-datasets", eq. 12, or their whitened and region forms under the path step factor
-(:func:`pymc_subsample.kernels.scalable.phi.path_phi`). The control variates come from the model's
-own autodiff, in ``q``.
+predictors at once, not through one linear predictor. Its family in the registry,
+``categorical_softmax`` (:class:`pymc_subsample.kernels.families.categorical.
+CategoricalSoftmax`), declares the structure ``"softmax"``, whose reader is here: the
+registry's detection (:func:`pymc_subsample.engine.glm.detect_glm`) finds the class
+predictors with :func:`read_softmax` and builds the :class:`SoftmaxSpec` with
+:func:`softmax_spec`. :func:`softmax_psi` computes the rows' exact Jacobians ``J_i``
+(K x d: the columns ``eta_i(q_hat + e_j) - eta_i(q_hat)`` of the affine predictors, as
+:func:`pymc_subsample.engine.glm.glm_psi` does for one predictor) and hands them to the
+family's :meth:`~pymc_subsample.kernels.families.categorical.CategoricalSoftmax.
+row_constants` (:func:`pymc_subsample.kernels.scalable.softmax.softmax_constants`) for
+the constants of Cornish et al. (2019), "Scalable Metropolis-Hastings for exact Bayesian
+inference with large datasets", eq. 12, or their whitened and region forms under the
+path step factor (:func:`pymc_subsample.kernels.scalable.phi.path_phi`). The control
+variates come from the model's own autodiff, in ``q``.
 
-ScalableMH reaches it through :func:`detect_specs` (its ``bounds="auto"`` recognition) and
-:meth:`SoftmaxSpec.row_psi` (called by :func:`pymc_subsample.engine.glm.glm_psi`).
+ScalableMH reaches it through :func:`detect_specs` (its ``bounds="auto"`` recognition,
+:func:`pymc_subsample.engine.glm.detect_glms`) and :meth:`SoftmaxSpec.row_psi` (called
+by :func:`pymc_subsample.engine.glm.glm_psi`).
 """
 
 from __future__ import annotations
@@ -29,16 +34,18 @@ import numpy as np
 import pytensor.tensor as pt
 
 from .evaluate import thread_copy
-from .glm import detect_glm, detect_glms, is_affine, sample_rows
+from .glm import detect_glms, is_affine, sample_rows
 from ..kernels.scalable.bounds import UpperBounds
-from ..kernels.families import auto_refusal
-from ..kernels.scalable.softmax import softmax_constants
+from ..kernels.families import auto_refusal, get_family
 
-__all__ = ["SOFTMAX_FAMILY", "SoftmaxSpec", "bounds_in_q", "detect_softmax", "detect_specs",
-           "softmax_psi"]
+__all__ = ["SoftmaxSpec", "bounds_in_q", "detect_specs", "read_softmax", "softmax_psi",
+           "softmax_spec"]
 
-#: the name ScalableMH's specs and docs use for these rows
-SOFTMAX_FAMILY = "categorical_softmax"
+#: ScalableMH's ``bounds="auto"`` recognition (``steps/scalable.py`` reads it here): one
+#: spec per observed variable, every variable through the family registry
+#: (:func:`pymc_subsample.engine.glm.detect_glms`), multinomial-logit and ordered rows
+#: included; the registry's refusal when a variable is not recognised
+detect_specs = detect_glms
 
 
 @dataclass
@@ -54,14 +61,19 @@ class SoftmaxSpec:
 
     observed: str
     eta: object  # (N, K) model expression in terms of value variables
+    family: str  # its registered family (categorical_softmax)
     n_classes: int | None = None
-    family: str = SOFTMAX_FAMILY
     params: dict = field(default_factory=dict)
     log_scale: object = None
     compiled: dict = field(default_factory=dict, repr=False)
 
     two_param = True  # several affine inputs per row: the path bound
     in_q = True  # bounds and control variates in q
+
+    @property
+    def glm_family(self):
+        """The registered family of :attr:`family`."""
+        return get_family(self.family)
 
     def row_psi(self, engine, order, q_hat, *, chunk=65536, whiten=None, radius=None):
         """:func:`softmax_psi` of this spec."""
@@ -83,50 +95,24 @@ def _softmax_input(p):
     return eta
 
 
-def detect_softmax(model, rv):
-    """A :class:`SoftmaxSpec` for the observed ``rv`` when it is a ``pm.Categorical`` with
-    ``p=softmax(eta, axis=-1)`` (or ``logit_p=eta``) and ``eta`` an ``(N, K)`` matrix; None
-    when ``rv`` is not a Categorical; a ValueError (a refusal) for a Categorical of
-    another form."""
-    node = rv.owner
-    if node is None or type(node.op).__name__ != "CategoricalRV":
-        return None
-    op = node.op
-    values = op.dist_params(node) if hasattr(op, "dist_params") else node.inputs[3:]
-    eta = _softmax_input(values[0])
-    if eta is None:
-        raise ValueError(auto_refusal(
-            f"observed '{rv.name}' is Categorical but its p is not softmax(eta, axis=-1) "
-            "(write p=pm.math.softmax(eta, axis=-1) or logit_p=eta)."))
+def read_softmax(params, family):
+    """The class predictors ``eta`` of a Categorical whose ``p`` (``params["p"]``) is
+    ``softmax(eta, axis=-1)`` (``p=pm.math.softmax(eta, axis=-1)`` or ``logit_p=eta``), else
+    None: the ``"softmax"`` structure's reader
+    (:func:`pymc_subsample.engine.glm.structure_readers`)."""
+    return _softmax_input(params[family.link_param])
+
+
+def softmax_spec(family, params, eta, rv, model) -> SoftmaxSpec:
+    """The :class:`SoftmaxSpec` of the observed ``rv`` with class predictors ``eta``
+    (:func:`read_softmax`), or a refusal when they are not an ``(N, K)`` matrix."""
     if eta.type.ndim != 2:
         raise ValueError(auto_refusal(
             f"the class predictors of observed '{rv.name}' (Categorical) must be an "
             f"(N, K) matrix, one row per observation; got {eta.type.ndim} dimensions."))
     k = eta.type.shape[1]
     eta = model.replace_rvs_by_values([eta])[0]
-    return SoftmaxSpec(rv.name, eta, None if k is None else int(k))
-
-
-def detect_specs(model) -> list:
-    """ScalableMH's ``bounds="auto"`` recognition: one spec per observed variable, a
-    :class:`~pymc_subsample.engine.glm.GLMSpec` (:func:`~pymc_subsample.engine.glm.
-    detect_glms`) or a :class:`SoftmaxSpec`; the GLM refusal when a variable is neither."""
-    try:
-        return detect_glms(model)
-    except ValueError as err:
-        first = err
-    specs = []
-    from .ordered import detect_ordered  # ordered logit/probit: a Categorical too
-    for rv in model.observed_RVs:
-        spec = detect_ordered(model, rv) or detect_softmax(model, rv)
-        if spec is None:
-            if len(model.observed_RVs) == 1:
-                raise first
-            spec = detect_glm(model, rv)  # its own refusal
-        specs.append(spec)
-    if not any(getattr(s, "in_q", False) for s in specs):
-        raise first  # e.g. rows of different lengths
-    return specs
+    return SoftmaxSpec(rv.name, eta, family.name, None if k is None else int(k))
 
 
 def bounds_in_q(specs) -> bool:
@@ -155,8 +141,9 @@ def softmax_psi(engine, spec: SoftmaxSpec, order: int, q_hat, *, chunk: int = 65
     """Per-row constants of a multinomial logit (:mod:`pymc_subsample.kernels.scalable.softmax`).
 
     One chunked pass: each chunk's exact Jacobians ``J_i`` (rows x K x d, from ``d + 1``
-    evaluations of the affine class predictors) and predictors at ``q_hat``, then
-    :func:`~pymc_subsample.kernels.scalable.softmax.softmax_constants`.
+    evaluations of the affine class predictors) and predictors at ``q_hat``, then the
+    family's ``row_constants``
+    (:func:`~pymc_subsample.kernels.scalable.softmax.softmax_constants`).
 
     Parameters
     ----------
@@ -187,13 +174,14 @@ def softmax_psi(engine, spec: SoftmaxSpec, order: int, q_hat, *, chunk: int = 65
     n, d = engine.n_rows, engine.ndim
     eye = np.eye(d)
     psi = UpperBounds(n)
+    fam = spec.glm_family
 
     def one_chunk(s, e):
         rows = engine.gather_slice(s, e)
         base = _eta(engine, spec, q_hat, rows)
         J = np.stack([_eta(engine, spec, q_hat + eye[j], rows) - base for j in range(d)],
                      axis=2)
-        return softmax_constants(order, J, base, whiten=whiten, radius=radius)
+        return fam.row_constants(order, J, base, whiten=whiten, radius=radius)
 
     engine.map_rows(one_chunk, psi.put, chunk)
     return psi.values

@@ -36,8 +36,11 @@ shared by the families: suprema over intervals, the probit link's enclosures, th
 location-scale partials, per-row boxes), :mod:`.messages` (the refusal text), one module
 per family or close group (:mod:`.bernoulli`, :mod:`.location`, :mod:`.counts`,
 :mod:`.zeroinflated_poisson`, :mod:`.censored`, :mod:`.zinb`, :mod:`.zinb_alpha`,
-:mod:`.zinb_both`, :mod:`.student_nu`), and the registry here. A new family is one
-module and one line of :data:`_BUILTIN` (or a :func:`register` call of one's own).
+:mod:`.zinb_both`, :mod:`.student_nu`, and :mod:`.categorical`: the multinomial logit
+and the ordered logistic and probit, rows of several scalars whose
+:attr:`GLMFamily.structure` names another reader of the engine), and the registry
+here. A new family is one module and one line of :data:`_BUILTIN` (or a :func:`register`
+call of one's own).
 :mod:`~pymc_subsample.kernels.scalable.bounds`, :mod:`~pymc_subsample.kernels.scalable.region` and
 :mod:`~pymc_subsample.kernels.variance.predictor` keep their functions taking a family name and
 dispatch here.
@@ -50,6 +53,7 @@ from __future__ import annotations
 from .._validation import InvalidParameterError
 from .base import FamilyCapabilityError, GLMFamily
 from .bernoulli import BernoulliLogit, BernoulliProbit
+from .categorical import CategoricalSoftmax, OrderedLogistic, OrderedProbit
 from .censored import CensoredNormal, CensoredNormalScale
 from .counts import GammaLog, NegBinomialLog, PoissonLog
 from .location import Normal, NormalScale, StudentT, StudentTScale
@@ -101,10 +105,11 @@ def register(family, *, replace: bool = False):
         raise TypeError(f"register needs a GLMFamily, got {type(fam).__name__}.")
     if not fam.name or not isinstance(fam.name, str):
         raise ValueError("a GLM family needs a name.")
-    if not (fam.global_bound or fam.region_bound):
+    if not (fam.global_bound or fam.region_bound or fam.structure_bound):
         raise ValueError(
             f"GLM family {fam.name!r} provides no bound: override sup_derivative or "
-            "local_sup (one-parameter rows), or box_partials (with scale_param).")
+            "local_sup (one-parameter rows), box_partials (with scale_param), or "
+            "row_constants (another structure).")
     _check_parameters(fam)
     keys = [fam.name] + [_key(a) for a in fam.aliases]
     owners = {**_ALIASES, **{n: n for n in FAMILIES}}
@@ -201,15 +206,8 @@ def require(family, capability, message: str) -> GLMFamily:
 _INTRO = (
     "bounds='auto' recognises one observed variable whose row terms depend on the step's "
     "variables only through a linear predictor eta_i = x_i . beta (+ intercept) and, for "
-    "some families, a scale or shape parameter sampled on the log scale. Registered "
-    "families: "
-)
-#: the multinomial logit, recognised outside the registry (engine/softmax.py)
-_SOFTMAX_TEXT = (
-    "Also categorical_softmax (multinomial logit): pm.Categorical(p=pm.math.softmax(eta, "
-    "axis=-1)) or logit_p=eta, eta an (N, K) affine predictor such as a + X @ B. "
-    "Also ordered_logistic and ordered_probit: pm.OrderedLogistic or pm.OrderedProbit "
-    "(sigma fixed) with eta affine and cutpoints ordered or a cumsum of positive steps. "
+    "some families, a scale or shape parameter sampled on the log scale (the Categorical "
+    "families: K class predictors, or a predictor and cutpoints). Registered families: "
 )
 _TAIL = (
     "For any other model pass bounds=callable: bounds(order) -> array of N per-row "
@@ -242,8 +240,8 @@ def supported_text() -> str:
     for fam in FAMILIES.values():
         if fam.distribution is None:
             continue
-        entries.append(f"{fam.name}: {fam.description}"
-                       + ("" if fam.global_bound else " [region]"))
+        everywhere = fam.global_bound or (fam.structure_bound and fam.structure_global)
+        entries.append(f"{fam.name}: {fam.description}" + ("" if everywhere else " [region]"))
     coords = [f.name for f in FAMILIES.values() if f.distribution and f.predictor_coordinates]
     return (
         _INTRO + "; ".join(entries) + ". Families marked [region] have derivatives "
@@ -252,7 +250,7 @@ def supported_text() -> str:
         + (f"For {', '.join(coords)} eta may also be affine in data-free parameter "
            "expressions only, as in a non-centred hierarchical model, mu + tau * z[g] + "
            "X @ beta (and a sampled scale may be sigma or sigma[g]). " if coords else "")
-        + _SOFTMAX_TEXT + _TAIL
+        + _TAIL
     )
 
 
@@ -277,6 +275,9 @@ _BUILTIN = (
     ZeroInflatedNegBinomialBoth,
     StudentTNu,
     StudentTNuFixedScale,
+    CategoricalSoftmax,
+    OrderedLogistic,
+    OrderedProbit,
 )
 for _family in _BUILTIN:
     register(_family)

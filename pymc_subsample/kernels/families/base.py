@@ -42,12 +42,21 @@ class GLMFamily:
         family is never recognised in a model (bounds functions only).
     dist_params : tuple of str
         Names of that op's distribution parameters, in order (``("mu", "sigma")``).
+    structure : str
+        The kind of row structure the engine's reader finds, the name of a reader in
+        :func:`pymc_subsample.engine.glm.structure_readers`: ``"glm"`` (the default: one
+        linear predictor ``eta``, read by :attr:`link` and :attr:`param_reader`, and
+        the coordinates above), ``"softmax"`` (``K`` class predictors, a multinomial
+        logit) or ``"ordered"`` (a predictor and cutpoints). A family of another
+        structure gives its bounds by :meth:`row_constants`.
     link : str
         Name of the link reader in :data:`pymc_subsample.engine.glm.LINKS` that reads
         ``eta`` from the parameters: ``"identity"``, ``"log"`` (the parameter is
         ``exp(eta)``), ``"logit"`` (``sigmoid(eta)``), ``"probit"`` (``Phi(eta)``) read the
         parameter :attr:`link_param`; ``"log_mean_shape_scale"`` and
-        ``"log_mean_negbinomial"`` the log mean of a Gamma and a NegativeBinomial.
+        ``"log_mean_negbinomial"`` the log mean of a Gamma and a NegativeBinomial. For
+        another :attr:`structure`, the link its reader checks (``"softmax"``; an ordered
+        row's cdf, ``"logit"`` or ``"probit"``).
     link_param : str or None
         The parameter the one-parameter readers read.
     link_hint : str
@@ -97,6 +106,10 @@ class GLMFamily:
         run the model's compiled log density, :meth:`in_support`).
     param_labels : dict
         Names of parameters in messages.
+    structure_global : bool
+        For a family of another :attr:`structure`: its :meth:`row_constants` hold over
+        the whole space too (``radius=None``, as a multinomial logit's), not only over a
+        region.
     """
 
     name: str = ""
@@ -105,6 +118,7 @@ class GLMFamily:
     description: str = ""
     distribution: str | None = None
     dist_params: tuple = ()
+    structure: str = "glm"
     link: str = "identity"
     link_param: str | None = None
     link_hint: str = ""
@@ -120,6 +134,7 @@ class GLMFamily:
     unbounded: str = "its derivatives are unbounded over the whole line"
     support: str | None = None
     param_labels = {"nu": "degrees of freedom nu", "sigma": "scale sigma"}
+    structure_global: bool = False
 
     # ----------------------------------------------------------------- capabilities
     def _provides(self, method: str) -> bool:
@@ -172,6 +187,12 @@ class GLMFamily:
     def region_bound(self) -> bool:
         """Bounds over a region: :attr:`interval_bound` or :attr:`box_bound`."""
         return self.interval_bound or self.box_bound
+
+    @property
+    def structure_bound(self) -> bool:
+        """Rows of another :attr:`structure` than ``"glm"``, whose constants the family
+        computes from what that structure's reader finds (:meth:`row_constants`)."""
+        return self.structure != "glm" and self._provides("row_constants")
 
     @property
     def predictor_coordinates(self) -> bool:
@@ -252,3 +273,10 @@ class GLMFamily:
         """``(H, H', H'')`` at ``t`` for a location-scale row
         ``l = -s + H((y - eta) e^-s)``."""
         raise self._lacks("predictor_coordinates", "no standard log density")
+
+    def row_constants(self, order: int, *inputs, **options) -> np.ndarray:
+        """Per-row constants of rows of another :attr:`structure` (Cornish et al. 2019,
+        eq. 12, or its whitened and region forms), from the ``inputs`` that structure's
+        reader computes for a chunk of rows (their Jacobians and values at the centre);
+        ``order`` the Taylor order ``k``."""
+        raise self._lacks("structure_bound", "no row constants of another structure")

@@ -367,3 +367,28 @@ def test_two_families_matching_one_model_are_an_error_of_the_registry(monkeypatc
         pm.Normal("y", mu=b * np.arange(5.0), sigma=pm.HalfNormal("s", 1.0),
                   observed=np.zeros(5))
     assert glm.detect_glm(other).family == "normal_scale"
+
+
+def test_a_family_of_another_structure_needs_row_constants_and_a_known_reader(registered):
+    """A family whose rows another reader of the engine finds (``structure``) provides its
+    bounds by ``row_constants``; without them ``register`` refuses it, and a structure the
+    engine has no reader for is a clear error at recognition."""
+    from pymc_subsample.kernels.families.categorical import CategoricalSoftmax
+
+    class NoConstants(GLMFamily):
+        name, structure = "no_constants", "softmax"
+
+    with pytest.raises(ValueError, match="provides no bound.*row_constants"):
+        register(NoConstants)
+    softmax = families.get_family("categorical_softmax")
+    assert softmax.structure_bound and not (softmax.global_bound or softmax.region_bound)
+    assert families.get_family("ordered_probit").structure == "ordered"
+
+    class Unread(CategoricalSoftmax):
+        name, aliases, structure, link = "unread", (), "nested_logit", "nested"
+
+    registered(Unread)
+    with pm.Model() as model:
+        pm.Categorical("y", p=np.ones(3) / 3, observed=np.zeros(5, dtype=int))
+    with pytest.raises(ValueError, match="'unread': unknown structure 'nested_logit'"):
+        glm.detect_glm(model)

@@ -13,8 +13,15 @@ an edit here, once it has an example model below):
   taken over (one coordinate: ``|l''|`` and a finite-difference ``|l'''|`` against
   :meth:`GLMFamily.local_sup` and the global :meth:`GLMFamily.sup_derivative`; several:
   the point enclosures of :func:`~pymc_subsample.kernels.scalable.region.local_supd` against its
-  box suprema);
+  box suprema; rows of another structure, whose constants come from what the engine's
+  reader of that structure computes (:attr:`GLMFamily.structure_bound`: the Categorical
+  families): the model's own rows' directional derivatives, by finite differences, at
+  points drawn in the region, against the constants of
+  :func:`~pymc_subsample.engine.glm.glm_psi`);
 * it has its row in docs/families.md.
+
+Each check runs on the families with the capability it concerns (a family without NumPy
+row terms, :attr:`GLMFamily.predictor_coordinates`, has none to check).
 
 The per-family tests (``test_family_*.py``) check the closed forms against autodiff.
 """
@@ -26,6 +33,7 @@ from pathlib import Path
 
 import numpy as np
 import pymc as pm
+import pytensor.tensor as pt
 import pytest
 
 from pymc_subsample.engine import glm
@@ -40,6 +48,9 @@ Y_BIN = (Y_REAL > 0.3).astype(float)
 Y_COUNT = np.where(_RNG.random(N) < 0.3, 0, _RNG.poisson(2.0, N)).astype(float)
 Y_POS = np.exp(0.2 * X + 0.3 * _RNG.normal(size=N))
 Y_CENS = np.maximum(Y_REAL, 0.0)
+_CAT_RNG = np.random.default_rng(21)  # the Categorical rows' own draws
+Y_CAT = _CAT_RNG.integers(0, 3, N)
+Y_ORD = np.searchsorted([-0.8, 0.2, 1.1], 0.4 + 0.8 * X + _CAT_RNG.logistic(size=N))
 
 
 def _free(kind):
@@ -47,7 +58,10 @@ def _free(kind):
     return {"scale": lambda: pm.HalfNormal("s", 1.0),
             "psi": lambda: pm.Beta("psi", 2.0, 2.0),
             "alpha": lambda: pm.Gamma("alpha", 2.0, 1.0),
-            "nu": lambda: pm.Gamma("nu", 2.0, 0.1)}[kind]()
+            "nu": lambda: pm.Gamma("nu", 2.0, 0.1),
+            "cut": lambda: pm.Normal("cut", 0.0, 5.0, shape=3,
+                                     transform=pm.distributions.transforms.ordered,
+                                     initval=np.array([-0.8, 0.2, 1.1]))}[kind]()
 
 
 #: an example model per family: ``name -> likelihood(eta)`` (inside the model context)
@@ -87,6 +101,13 @@ EXAMPLES = {
                                             sigma=_free("scale"), observed=Y_REAL),
     "student_t_nu_fixed_scale": lambda eta: pm.StudentT("y", nu=_free("nu"), mu=eta,
                                                         sigma=1.5, observed=Y_REAL),
+    "categorical_softmax": lambda eta: pm.Categorical(
+        "y", p=pm.math.softmax(pt.stack([pt.zeros_like(eta), eta, 0.5 - eta], axis=-1),
+                               axis=-1), observed=Y_CAT),
+    "ordered_logistic": lambda eta: pm.OrderedLogistic(
+        "y", eta=eta, cutpoints=_free("cut"), observed=Y_ORD),
+    "ordered_probit": lambda eta: pm.OrderedProbit(
+        "y", eta=eta, cutpoints=_free("cut"), sigma=1.5, observed=Y_ORD),
 }
 
 NAMES = [n for n, f in families.FAMILIES.items() if f.distribution is not None]
@@ -153,7 +174,7 @@ def _fd(f, x, h):
     return (f(x + h) - f(x - h)) / (2.0 * h)
 
 
-ONE_COORD = [n for n in NAMES if not families.FAMILIES[n].two_param]
+ONE_COORD = [n for n in NAMES if families.FAMILIES[n].interval_bound]
 ROW_TERMS = [n for n in NAMES if families.FAMILIES[n].predictor_coordinates]
 
 
@@ -203,7 +224,7 @@ def test_one_coordinate_bounds_enclose_sampled_partials(name, specs):
                 assert np.all(d <= glob * (1 + 1e-6) + 1e-7), (m, (d - glob).max())
 
 
-SEVERAL = [n for n in NAMES if families.FAMILIES[n].two_param]
+SEVERAL = [n for n in NAMES if families.FAMILIES[n].box_bound]
 
 
 @pytest.mark.parametrize("name", SEVERAL)
@@ -226,3 +247,44 @@ def test_box_bounds_enclose_the_partials_at_sampled_points(name, specs):
             at = local_supd(name, m, point, point, y=y, **params)
             assert np.all(np.isfinite(box)) and box.shape == at.shape
             assert np.all(at <= box * (1 + 1e-9) + 1e-12), (m, (at - box).max())
+
+
+STRUCTURED = [n for n in NAMES if families.FAMILIES[n].structure_bound]
+
+
+def _directional(f, m, h):
+    """The m-th derivative of ``f`` at 0 by central differences (``m`` 2 or 3)."""
+    if m == 2:
+        return (f(h) - 2.0 * f(0.0) + f(-h)) / h**2
+    return (f(2 * h) - 2.0 * f(h) + 2.0 * f(-h) - f(-2 * h)) / (2.0 * h**3)
+
+
+@pytest.mark.parametrize("name", STRUCTURED)
+def test_row_constants_enclose_the_rows_partials_at_sampled_points(name, specs):
+    """Rows of another structure: the whitened region constants of
+    :func:`~pymc_subsample.engine.glm.glm_psi` (the family's ``row_constants`` from what
+    its structure's reader computes) bound ``|d^(k+1)/dt^(k+1) l_i(q_hat + L (z + t u))|``,
+    the model's own row log-likelihoods by finite differences, at whitened points ``z``
+    drawn in the ball and unit directions ``u``, for ``k = 1, 2``."""
+    from pymc_subsample.engine import LikelihoodEngine
+
+    model, spec = specs[name]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        engine = LikelihoodEngine(model)
+    q_hat = engine.initial_q()
+    d, radius = q_hat.size, 1.5
+    L = 0.3 * np.eye(d)
+    rows = np.arange(N)
+    rng = np.random.default_rng(7)
+    for order, h in ((1, 1e-3), (2, 1e-2)):
+        psi = glm.glm_psi(engine, spec, order, q_hat, whiten=L, radius=radius)
+        assert psi.shape == (N,) and np.all(np.isfinite(psi)) and np.all(psi > 0)
+        for _ in range(6):
+            z = rng.standard_normal(d)
+            z *= (radius - 0.05) * rng.random() / np.linalg.norm(z)
+            u = rng.standard_normal(d)
+            u /= np.linalg.norm(u)
+            at = np.abs(_directional(
+                lambda t: engine.loglik(q_hat + L @ (z + t * u), rows), order + 1, h))
+            assert np.all(at <= psi * (1 + 1e-6) + 1e-5), (order, (at - psi).max())

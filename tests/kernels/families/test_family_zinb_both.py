@@ -239,4 +239,4 @@ def test_supported_text_lists_this_family_and_the_multinomial_logit():
     from pymc_subsample.engine import glm
 
     assert f"{NAME}: pm.ZeroInflatedNegativeBinomial" in glm.SUPPORTED_TEXT
-    assert "categorical_softmax (multinomial logit)" in glm.SUPPORTED_TEXT
+    assert "categorical_softmax: pm.Categorical" in glm.SUPPORTED_TEXT
