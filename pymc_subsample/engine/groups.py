@@ -18,11 +18,15 @@ answer is a :class:`GroupStructure` or a :class:`NotFound` with the reason, neve
 
 The structure is a list of terms: the fixed block (``f``, affine in the fixed effects)
 and the group terms added to it, each a :class:`RandomIntercept` today. A new kind of
-term (a random slope, a second grouping factor, a family's own scale) is a new term class
+term (a random slope, a second grouping factor) is a new term class
 with the same interface (its coordinates in ``q``, ``loc_scale``, ``effects``,
 ``with_effects``, ``describe``), found by its own recogniser and appended to
 ``GroupStructure.terms``; the sweep (:mod:`pymc_subsample.steps.hierarchical`) adds the
 moves that update it.
+
+A family with a sampled parameter the sweep covers -- the Normal likelihood with a
+sampled scale, the linear mixed model -- adds the structure's :class:`FamilyScale`
+(``sigma``'s coordinate in ``q``); the other such families are refused, naming them.
 
 The arithmetic of the sweep on this structure is NumPy only
 (:mod:`pymc_subsample.kernels.hierarchical`).

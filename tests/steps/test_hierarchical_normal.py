@@ -280,6 +280,7 @@ def test_broken_sweep_fails_the_check(broken, monkeypatch):
             np.ones(self.fit.term.n_groups, bool) if per_group else True, 0))
     idata = _sample_reference_model("ScalableMH", True)
     bad, _ = check_against_reference(idata, _reference()["reference"])
+    print(broken, len(bad), "failures, e.g.", bad[:4])
     assert bad
     if broken == "scale_proposal":
         assert ("log_sigma", "sd ratio") in {b[:2] for b in bad}

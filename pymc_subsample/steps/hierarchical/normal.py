@@ -220,9 +220,14 @@ class ScaleConditional(BlockMove):
         db = self._db(q)
         ssr = sums.ssr(db, self.coords.effects(q) - self.fit.taylor.a_hat)
         u = sc.log_scale(q)
+        if not (math.isfinite(ssr) and ssr > 0.0):  # a state no proposal can leave
+            return None
         q_new = q.copy()
         if sc.log_is_coordinate:
-            u_new = -0.5 * math.log(rng.gamma(0.5 * sums.n, 2.0 / max(ssr, 1e-300)))
+            lam = rng.gamma(0.5 * sums.n, 2.0 / ssr)
+            if not lam > 0.0:  # underflow: not a valid point
+                return None
+            u_new = -0.5 * math.log(lam)
             q_new[sc.idx] += u_new - u
         else:
             step = math.exp(getattr(st, self.factor)) * 2.4 * self._coordinate_sd(q)
