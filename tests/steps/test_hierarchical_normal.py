@@ -6,6 +6,8 @@
   refused, saying so;
 * the sufficient statistics give the exact residual sum of squares and the exact
   log-likelihood differences of the moves (against the rows);
+* a Uniform prior on sigma (an interval transform) gets the random-walk scale move, which
+  draws the sigma of the conditional move (slow);
 * the sweep reads no row while sampling, its stats carry the scale move's (prefixed);
   the three MH steps run the same chain;
 * the posterior of every step, centred and non-centred, matches long PyMC NUTS
@@ -79,10 +81,7 @@ def test_other_sampled_parameters_still_refused():
     assert isinstance(found, NotFound) and "sigma" in found.reason
 
 
-def test_uniform_scale_prior_uses_a_random_walk():
-    """A scale whose coordinate is not log sigma (an interval transform): found, with the
-    random-walk scale move."""
-    model, data = _small(True, n=1500, groups=8)
+def _uniform_scale_model(data):
     with pm.Model() as uni:
         mu, tau = pm.Normal("mu", 0, 1.5), pm.HalfNormal("tau", 1)
         a = pm.Normal("a", mu, tau, shape=8)
@@ -90,9 +89,36 @@ def test_uniform_scale_prior_uses_a_random_walk():
         sigma = pm.Uniform("sigma", 0, 10)
         pm.Normal("y", a[data["group"]] + pm.math.dot(data["X"], beta), sigma,
                   observed=data["y"])
-    s = find_groups(LikelihoodEngine(uni))
+    return uni
+
+
+def test_uniform_scale_prior_uses_a_random_walk():
+    """A scale whose coordinate is not log sigma (an interval transform): found, with the
+    random-walk scale move."""
+    s = find_groups(LikelihoodEngine(_uniform_scale_model(_small(True, n=1500, groups=8)[1])))
     assert isinstance(s, GroupStructure) and not s.scale.log_is_coordinate
     assert "random walk" in s.describe()
+
+
+@pytest.mark.slow
+def test_uniform_scale_prior_samples_the_same_sigma():
+    """The random-walk scale move (several per sweep) under a Uniform prior draws the
+    sigma of the HalfNormal prior's conditional move (the data dominate either prior)."""
+    model, data = _small(True, n=1500, groups=8)
+    uni = _uniform_scale_model(data)
+    draws = []
+    for m in (uni, model):
+        with m:
+            step = pms.ScalableMH()
+            idata = pm.sample(step=step, draws=500, tune=500, chains=2, cores=1,
+                              random_seed=6, progressbar=False,
+                              compute_convergence_checks=False)
+        draws.append(posterior(idata)["sigma"].values)
+        assert step.sweep.counts["scale"] == (6 if m is uni else 1)
+    (x, ref) = draws
+    assert abs(x.mean() - ref.mean()) < 0.1 * ref.std() + 4 * np.hypot(mcse_mean(x),
+                                                                         mcse_mean(ref))
+    assert 0.8 < x.std() / ref.std() < 1.25 and ess(x) > 200
 
 
 # ------------------------------------------------------------------ exactness

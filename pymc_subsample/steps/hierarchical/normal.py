@@ -208,9 +208,12 @@ class ScaleConditional(BlockMove):
     tall data nearly every draw is accepted, an exact Gibbs draw in effect. For another
     coordinate of ``sigma`` (another transform, e.g. a ``Uniform`` prior's interval
     transform) the move is a random walk in it with the exact ratio, scaled by the
-    likelihood's curvature ``2 N`` in ``log sigma`` and tuned toward 0.3 acceptance."""
+    likelihood's curvature ``2 N`` in ``log sigma``, tuned toward 0.3 acceptance and made
+    :attr:`random_walk_moves` times per sweep."""
 
     name, factor = "scale", "log_scale"
+    #: moves per sweep of the random walk (the conditional draw makes one)
+    random_walk_moves = 6
 
     def applies(self):
         return self.s.scale is not None

@@ -87,7 +87,9 @@ class HierarchicalSweep(TransitionKernel):
 
     DEFAULT_MOVES = {"groups": 1, "groups_gaussian": 1, "hyper": 2, "marginal": 6, "fixed": 1,
                      "fixed_gaussian": 2, "fixed_marginal": 3, "ancillary": 2}
-    #: the family scale's moves per sweep (a structure with a ``scale`` only)
+    #: the family scale's moves per sweep (a structure with a ``scale`` only; its random
+    #: walk, when ``sigma``'s coordinate is not ``log sigma``, makes
+    #: ``ScaleConditional.random_walk_moves``)
     DEFAULT_SCALE_MOVES = {"scale": 1}
     #: one sweep's stats: the moves' mean acceptance and their rows read (no batches)
     stats_dtypes_shapes = {"accepted": (np.float64, []), "accept": (np.float64, []),
@@ -95,7 +97,10 @@ class HierarchicalSweep(TransitionKernel):
 
     def __init__(self, engine, structure, *, exact_rows: int = 16, moves=None):
         self.engine, self.s = engine, structure
-        self.counts = {**self.DEFAULT_MOVES, **self.DEFAULT_SCALE_MOVES, **(moves or {})}
+        walk = {}
+        if structure.scale is not None and not structure.scale.log_is_coordinate:
+            walk = {"scale": ScaleConditional.random_walk_moves}
+        self.counts = {**self.DEFAULT_MOVES, **self.DEFAULT_SCALE_MOVES, **walk, **(moves or {})}
         kinds = SWEEP_MOVES[type(structure.terms[0])]
         if structure.scale is None:
             self.fit = SweepFit(engine, structure, exact_rows)
