@@ -310,3 +310,13 @@ def test_broken_sweep_fails_the_check(broken, monkeypatch):
     assert bad
     if broken == "scale_proposal":
         assert ("log_sigma", "sd ratio") in {b[:2] for b in bad}
+
+
+def test_sgld_refuses_the_linear_mixed_model():
+    """SGLD's default refusal of group structures now names the linear mixed model too
+    (it used to sample it, diverging, as a model without groups)."""
+    from pymc_subsample.errors import ModelNotSupportedError
+
+    with _small(True)[0]:
+        with pytest.raises(ModelNotSupportedError, match="sampled scale 'sigma'"):
+            pms.SGLD()
