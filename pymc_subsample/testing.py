@@ -209,7 +209,7 @@ def batch_means_ess(x, n_batches=10) -> float:
 #: the true covariate coefficients, in order; longer designs continue with +-0.1
 _BETA_HEAD = (0.5, -0.3, 0.2, 0.1)
 #: the families of :func:`hierarchical_data` and :func:`hierarchical_model`
-_FAMILIES = ("bernoulli", "poisson")
+_FAMILIES = ("bernoulli", "poisson", "normal")
 #: groups forced to 1..10 rows: this fraction of the groups (at least one)
 _SMALL_FRACTION, _SMALL_MAX = 0.05, 10
 
@@ -249,14 +249,15 @@ def _group_sizes(rng, n_rows, n_groups, min_small):
 
 
 def hierarchical_data(n_rows, n_groups, *, family="bernoulli", n_features=4, tau=0.5, mu=-0.5,
-                      seed=0, min_small=1):
+                      seed=0, min_small=1, sigma=1.0):
     """Synthetic tall data for a hierarchical GLM with many groups of very unequal size.
 
     Rows ``i = 0..N-1`` fall in groups ``g[i]`` in ``0..G-1`` with standard-normal
     covariates ``X[i]`` and the linear predictor
     ``eta[i] = mu + tau * z[g[i]] + X[i] @ beta``, ``z ~ Normal(0, 1)`` per group;
-    ``y[i] ~ Bernoulli(logit^-1(eta[i]))`` or ``Poisson(exp(eta[i]))``. This is the data
-    model of :func:`hierarchical_model` with ``a = mu + tau * z``.
+    ``y[i] ~ Bernoulli(logit^-1(eta[i]))``, ``Poisson(exp(eta[i]))`` or
+    ``Normal(eta[i], sigma)`` (the linear mixed model). This is the data model of
+    :func:`hierarchical_model` with ``a = mu + tau * z``.
 
     Group sizes are heavy-tailed: ``max(1, ceil(0.05 G))`` groups chosen at random (never
     all of them) get ``min_small..10`` rows (uniformly, one of them exactly ``min_small``);
@@ -272,8 +273,9 @@ def hierarchical_data(n_rows, n_groups, *, family="bernoulli", n_features=4, tau
         Number of rows ``N``.
     n_groups : int
         Number of groups ``G`` (at least 1; every group gets rows).
-    family : {"bernoulli", "poisson"}, default "bernoulli"
-        Response distribution: Bernoulli with logit link, or Poisson with log link.
+    family : {"bernoulli", "poisson", "normal"}, default "bernoulli"
+        Response distribution: Bernoulli with logit link, Poisson with log link, or
+        Normal with identity link and sd ``sigma``.
     n_features : int, default 4
         Number of covariates ``p`` (at least 1).
     tau : float, default 0.5
@@ -285,12 +287,15 @@ def hierarchical_data(n_rows, n_groups, *, family="bernoulli", n_features=4, tau
     min_small : int, default 1
         Smallest group size: every group has at least this many rows, and the forced small
         groups have ``min_small..10`` rows (at most 10).
+    sigma : float, default 1.0
+        The rows' sd (``family="normal"`` only).
 
     Returns
     -------
     dict
         ``"X"``: float64 ``(N, p)``; ``"group"``: int32 ``(N,)``, every value in
-        ``0..G-1`` used; ``"y"``: int64 ``(N,)`` (0/1 or counts); the true values
+        ``0..G-1`` used; ``"y"``: int64 ``(N,)`` (0/1 or counts; float64 for
+        ``"normal"``, with the true ``"sigma"``); the true values
         ``"mu"``, ``"tau"`` (floats), ``"beta"`` ``(p,)``, ``"z"`` ``(G,)`` and
         ``"a" = mu + tau * z`` ``(G,)``; ``"sizes"``: int64 ``(G,)`` rows per group;
         ``"family"``: the family.
@@ -333,10 +338,15 @@ def hierarchical_data(n_rows, n_groups, *, family="bernoulli", n_features=4, tau
     eta = a[group] + X @ beta
     if family == "bernoulli":
         y = (rng.random(n_rows) < 1.0 / (1.0 + np.exp(-eta))).astype(np.int64)
-    else:
+    elif family == "poisson":
         y = rng.poisson(np.exp(eta)).astype(np.int64)
-    return {"X": X, "group": group, "y": y, "mu": float(mu), "tau": float(tau), "beta": beta,
-            "z": z, "a": a, "sizes": sizes, "family": family}
+    else:
+        y = eta + sigma * rng.standard_normal(n_rows)
+    out = {"X": X, "group": group, "y": y, "mu": float(mu), "tau": float(tau), "beta": beta,
+           "z": z, "a": a, "sizes": sizes, "family": family}
+    if family == "normal":
+        out["sigma"] = float(sigma)
+    return out
 
 
 def hierarchical_model(data, *, centred=True, family="bernoulli"):
@@ -347,7 +357,8 @@ def hierarchical_model(data, *, centred=True, family="bernoulli"):
     ``z ~ Normal(0, 1)`` and ``a = mu + tau * z`` (a ``Deterministic``), both dims
     ``"group"``. ``eta = a[g] + X @ beta`` with the group index ``g`` and ``X`` as
     ``pm.Data`` (``"g"`` dims ``"obs"``; ``"X"`` dims ``("obs", "feature")``) and the observed
-    ``y`` (dims ``"obs"``) ``Bernoulli(logit_p=eta)`` or ``Poisson(mu=exp(eta))``.
+    ``y`` (dims ``"obs"``) ``Bernoulli(logit_p=eta)``, ``Poisson(mu=exp(eta))`` or
+    ``Normal(mu=eta, sigma)`` with ``sigma ~ HalfNormal(1)`` (``"normal"``).
 
     Parameters
     ----------
@@ -357,7 +368,7 @@ def hierarchical_model(data, *, centred=True, family="bernoulli"):
         when present, else ``max(group) + 1``.
     centred : bool, default True
         Centred (``a`` sampled) or non-centred (``z`` sampled) parametrisation.
-    family : {"bernoulli", "poisson"}, default "bernoulli"
+    family : {"bernoulli", "poisson", "normal"}, default "bernoulli"
         Likelihood; must match ``data["family"]`` when the data names one.
 
     Returns
@@ -399,6 +410,9 @@ def hierarchical_model(data, *, centred=True, family="bernoulli"):
         eta = a[group_d] + pm.math.dot(X_d, beta)
         if family == "bernoulli":
             pm.Bernoulli("y", logit_p=eta, observed=y, dims="obs")
-        else:
+        elif family == "poisson":
             pm.Poisson("y", mu=pm.math.exp(eta), observed=y, dims="obs")
+        else:
+            sigma = pm.HalfNormal("sigma", 1.0)
+            pm.Normal("y", mu=eta, sigma=sigma, observed=y, dims="obs")
     return model

@@ -465,7 +465,9 @@ def test_poor_laplace_fit_is_not_silent():
 
     model = non_centred_normal_model()
     with model:
-        step = pms.BarkerMinibatch()
+        # the joint move (the default, the blocked sweep, covers this linear mixed model:
+        # tests/steps/test_hierarchical_normal.py)
+        step = pms.BarkerMinibatch(hierarchical="off")
     assert getattr(step.control, "vmap", None) is None
     idata = run_sample(model, step, draws=20, tune=600, chains=1, seed=SEEDS["BarkerMinibatch"],
                        keep_warning_stat=True)

@@ -18,11 +18,15 @@ answer is a :class:`GroupStructure` or a :class:`NotFound` with the reason, neve
 
 The structure is a list of terms: the fixed block (``f``, affine in the fixed effects)
 and the group terms added to it, each a :class:`RandomIntercept` today. A new kind of
-term (a random slope, a second grouping factor, a family's own scale) is a new term class
+term (a random slope, a second grouping factor) is a new term class
 with the same interface (its coordinates in ``q``, ``loc_scale``, ``effects``,
 ``with_effects``, ``describe``), found by its own recogniser and appended to
 ``GroupStructure.terms``; the sweep (:mod:`pymc_subsample.steps.hierarchical`) adds the
 moves that update it.
+
+A family with a sampled parameter the sweep covers -- the Normal likelihood with a
+sampled scale, the linear mixed model -- adds the structure's :class:`FamilyScale`
+(``sigma``'s coordinate in ``q``); the other such families are refused, naming them.
 
 The arithmetic of the sweep on this structure is NumPy only
 (:mod:`pymc_subsample.kernels.hierarchical`).
@@ -58,7 +62,12 @@ try:  # PyTensor >= 2.31 moved graph traversal helpers
 except ImportError:  # pragma: no cover
     from pytensor.graph.basic import ancestors, io_toposort
 
-__all__ = ["GroupStructure", "NotFound", "RandomIntercept", "find_groups", "random_effects"]
+__all__ = ["FamilyScale", "GroupStructure", "NotFound", "RandomIntercept", "find_groups",
+           "random_effects"]
+
+#: the families with a sampled parameter the sweep covers: their family parameter is a
+#: :class:`FamilyScale` of the structure, with a move of its own
+_SCALE_FAMILIES = ("normal_scale",)
 
 
 @dataclass(frozen=True)
@@ -147,6 +156,40 @@ class RandomIntercept:
 
 
 @dataclass
+class FamilyScale:
+    """The family's sampled scale: the Normal likelihood's ``sigma`` (the linear mixed
+    model), one scalar free variable of the step read by nothing else of the model's
+    likelihood than the rows' scale.
+
+    Attributes
+    ----------
+    name : str
+        The scale's random variable (``sigma``).
+    idx : int
+        Its position in ``q`` (the step's coordinate of it, e.g. ``log sigma``).
+    log_is_coordinate : bool
+        ``log sigma`` is the coordinate itself (a log transform, checked numerically):
+        the sweep's scale move then draws it from its exact conditional; otherwise it
+        proposes by a random walk in the coordinate.
+    """
+
+    name: str
+    idx: int
+    log_is_coordinate: bool
+    _log_fn: object = field(default=None, repr=False)
+
+    def log_scale(self, q) -> float:
+        """``log sigma`` at ``q``."""
+        return float(np.ravel(self._log_fn(np.asarray(q, dtype=np.float64)))[0])
+
+    def describe(self) -> str:
+        """A short text of the scale."""
+        how = ("its exact conditional given the effects" if self.log_is_coordinate
+               else "a random walk")
+        return f"sampled scale '{self.name}' (its own move: {how})"
+
+
+@dataclass
 class GroupStructure:
     """A GLM likelihood whose linear predictor is a fixed block plus group terms, in the
     step's raveled ``q``: ``eta_i = f_i + sum_t term_t(i)``.
@@ -162,6 +205,9 @@ class GroupStructure:
     fixed_idx : ndarray of int
         Positions in ``q`` of the fixed effects (what ``f`` reads).
     fixed_names : list of str
+    scale : FamilyScale or None
+        The family's sampled scale (the Normal likelihood's ``sigma``), None for a family
+        without a sampled parameter.
     """
 
     family: str
@@ -172,6 +218,7 @@ class GroupStructure:
     _f_fn: object = field(default=None, repr=False)
     _y_index: int = field(default=0, repr=False)
     engine: object = field(default=None, repr=False)
+    scale: FamilyScale = None
 
     def fixed_part(self, q, data) -> np.ndarray:
         """``f_i = o_i + x_i . beta`` of the rows in ``data`` at ``q``."""
@@ -185,8 +232,9 @@ class GroupStructure:
     def describe(self) -> str:
         """A short text of the structure (the steps' ``repr`` shows it)."""
         terms = "; ".join(t.describe() for t in self.terms)
+        scale = f" with {self.scale.describe()}" if self.scale is not None else ""
         return (f"{terms}; fixed effects {', '.join(self.fixed_names) or '-'}; "
-                f"{get_family(self.family).label} likelihood")
+                f"{get_family(self.family).label} likelihood{scale}")
 
 
 # ------------------------------------------------------------------ the graph work
@@ -242,8 +290,9 @@ def find_groups(engine, q0=None):
         spec, params = _glm(engine.model)
         eta, node, data_vars = _one_gather(engine, spec)
         term, group_value, hyper_vals = _random_intercept(engine, node, q0)
+        scale, scale_vals = _family_scale(engine, spec, q0)
         return _with_fixed_block(engine, spec, params, eta, node, term,
-                                 [group_value, *hyper_vals], q0)
+                                 [group_value, *hyper_vals], q0, scale, scale_vals)
     except _Refused as why:
         return NotFound(str(why))
 
@@ -257,8 +306,14 @@ def _glm(model):
     family = get_family(spec.family)
     if family.structure != "glm":
         raise _Refused(f"the {family.name} likelihood (rows of several scalars) is not covered")
-    if spec.two_param or not family.predictor_coordinates:
-        raise _Refused(f"the {family.label} likelihood with a sampled scale is not covered yet")
+    if spec.family in _SCALE_FAMILIES:
+        if spec.extra:
+            raise _Refused(f"the {family.label} likelihood reads further sampled "
+                           "parameters (not covered yet)")
+    elif spec.two_param or not family.predictor_coordinates:
+        raise _Refused(f"the {family.label} likelihood with a sampled scale or shape is not "
+                       "covered yet (the sweep covers the Normal likelihood with a sampled "
+                       "scale, and the families without a sampled parameter)")
     params = {}
     for key, val in spec.params.items():
         arr = np.asarray(val, dtype=np.float64)
@@ -361,10 +416,42 @@ def _random_intercept(engine, node, q0):
     return term, group_value, hyper_vals
 
 
-def _with_fixed_block(engine, spec, params, eta, node, term, term_vars, q0):
+def _family_scale(engine, spec, q0):
+    """The :class:`FamilyScale` of a Normal likelihood with a sampled scale (None, [] for
+    a family without one) and its value variables: ``log sigma`` must read exactly one
+    scalar variable of this step and no row data."""
+    if spec.family not in _SCALE_FAMILIES:
+        return None, []
+    model, slices = engine.model, engine.var_slices()
+    log_scale = pt.as_tensor_variable(spec.log_scale)
+    if engine.row_variables([log_scale]):
+        raise _Refused("the likelihood's scale varies by row (not covered yet)")
+    values = [v for v in ancestors([log_scale]) if v in set(model.value_vars)]
+    if len(values) != 1 or values[0] not in slices or slices[values[0]].size != 1:
+        raise _Refused("the likelihood's scale is not one scalar variable of this step")
+    (log_q,), q_in = engine.in_q([log_scale])
+    log_fn = pytensor.function([q_in], log_q, on_unused_input="ignore")
+    k = int(slices[values[0]][0])
+    scale = FamilyScale(name=_rv_name(model, values[0]), idx=k, log_is_coordinate=False,
+                        _log_fn=log_fn)
+    base = scale.log_scale(q0)
+    if not np.isfinite(base):
+        raise _Refused(f"the scale '{scale.name}' is not finite at the initial point")
+    shifted = []
+    for d in (-0.7, 0.4, 1.3):
+        q = np.array(q0, dtype=np.float64)
+        q[k] += d
+        shifted.append(scale.log_scale(q) - base - d)
+    scale.log_is_coordinate = bool(np.allclose(shifted, 0.0, atol=1e-10))
+    return scale, values
+
+
+def _with_fixed_block(engine, spec, params, eta, node, term, term_vars, q0, scale=None,
+                      scale_vals=()):
     """The structure: the fixed part ``f`` (``eta`` with the gather replaced by zeros,
     affine in the remaining variables, reading none of ``term_vars``: the group variable
-    and the hyperparameters) and the term; every variable of the step is one of them."""
+    and the hyperparameters, nor the family's scale ``scale_vals``) and the term; every
+    variable of the step is one of them."""
     model, slices = engine.model, engine.var_slices()
     value_vars = set(model.value_vars)
     idx = node.inputs[1]
@@ -373,6 +460,9 @@ def _with_fixed_block(engine, spec, params, eta, node, term, term_vars, q0):
     if any(v in f_values for v in term_vars):
         raise _Refused("the linear predictor reads the group variable or its hyperparameters "
                        "outside the group effect")
+    if any(v in f_values or v in term_vars for v in scale_vals):
+        raise _Refused(f"the scale '{scale.name}' is also read by the linear predictor or "
+                       "the group effects")
     if any(v not in slices for v in f_values):
         raise _Refused("the fixed effects include variables of another step")
     f_fn = engine.compile_batch([f])
@@ -389,6 +479,8 @@ def _with_fixed_block(engine, spec, params, eta, node, term, term_vars, q0):
     fixed_idx = (np.concatenate([slices[v] for v in fixed_vals]) if fixed_vals
                  else np.zeros(0, dtype=int))
     used = set(term.group_idx) | set(term.hyper_idx) | set(fixed_idx)
+    if scale is not None:
+        used.add(scale.idx)
     if len(used) != engine.ndim:
         rest = [_rv_name(model, v) for v in engine.vars if not set(slices[v]) <= used]
         raise _Refused(f"the step also samples {', '.join(rest)}, which is neither a fixed "
@@ -396,7 +488,7 @@ def _with_fixed_block(engine, spec, params, eta, node, term, term_vars, q0):
     return GroupStructure(
         family=spec.family, params=params, terms=[term], fixed_idx=np.sort(fixed_idx),
         fixed_names=[_rv_name(model, v) for v in fixed_vals], _f_fn=f_fn,
-        _y_index=y_index, engine=engine)
+        _y_index=y_index, engine=engine, scale=scale)
 
 
 def random_effects(engine) -> list[str]:

@@ -55,10 +55,20 @@ The package:
   fixed-effect moves (2-5);
 * :mod:`~pymc_subsample.steps.hierarchical.fit` -- the centre, its Taylor sums and the
   Gaussian approximations of the conditionals;
-* :mod:`~pymc_subsample.steps.hierarchical.factorised` -- the data term of every move.
+* :mod:`~pymc_subsample.steps.hierarchical.factorised` -- the data term of every move;
+* :mod:`~pymc_subsample.steps.hierarchical.normal` -- the linear mixed model (the
+  Normal likelihood with a sampled scale ``sigma``): the fit and the data term of every
+  move exact from sufficient statistics (no row read while sampling), and the scale's
+  own move (``scale``: its likelihood conditional, a Gamma in ``1 / sigma^2``, accepted
+  by the prior's ratio), appended after the term's moves (``SCALE_MOVES``).
 
-How a new group term plugs in (several grouping factors, random slopes, a family's own
-scale): its recogniser appends a new term object to
+The scale is covered by sufficient statistics rather than by a subsampled test of its
+own (a move on ``log sigma`` with Taylor sums in the rows' second coordinate): for the
+Normal they are exact, cost ``O(G p + p^2)`` per move whatever ``N``, and leave no
+remainder to bound; the other families with a sampled parameter (Student-t, Negative
+Binomial, Gamma) have no such statistics and are not covered yet.
+
+How a new group term plugs in (several grouping factors, random slopes): its recogniser appends a new term object to
 :attr:`GroupStructure.terms <pymc_subsample.engine.groups.GroupStructure>` (with the
 interface of :class:`~pymc_subsample.engine.groups.RandomIntercept`: its coordinates in
 ``q``, ``loc_scale``, ``effects``, ``with_effects``, ``describe``); the moves that
@@ -70,7 +80,10 @@ factor it adds to :class:`SweepState`; and the term's type gets its entry in
 steps changes. What a second term does extend is the arithmetic the moves share: the
 fit's Taylor sums (:class:`~pymc_subsample.steps.hierarchical.fit.SweepFit`) and the
 factorised test are written today for one random intercept (``terms[0]``), and take
-each further term's contribution to a row's linear predictor.
+each further term's contribution to a row's linear predictor. A family's own sampled
+parameter plugs in as the Normal scale does: the structure's ``scale``, its moves in
+``SCALE_MOVES`` (their counts in ``DEFAULT_SCALE_MOVES``), and the fit and data term
+that can evaluate it (for the Normal, :mod:`~pymc_subsample.steps.hierarchical.normal`).
 """
 
 from .sweep import SWEEP_MOVES, HierarchicalSweep, SweepState

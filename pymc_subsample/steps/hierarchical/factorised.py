@@ -35,9 +35,12 @@ class FactorisedTest:
         bound on the log acceptance it can lose) is at most ``_SMALL_RATE``."""
         return self.fit.large | (rates <= _SMALL_RATE)
 
-    def decide(self, db, a, db_new, a_new, log_u, extra, rng, *, per_group):
+    def decide(self, db, a, db_new, a_new, log_u, extra, rng, *, per_group, q=None,
+               q_new=None):
         """The factorised test of a move of ``(beta, a)``. ``extra``: the data-free log
-        ratio (per group with ``per_group``). Returns (accepted, rows read).
+        ratio (per group with ``per_group``); ``q``, ``q_new``: the two points (not read
+        here: the family has no sampled parameter; the test of a family with one reads
+        it from them). Returns (accepted, rows read).
 
         Every group's rows may enter through Taylor sums and thinning (the fit's
         ``taylor`` expands every group): the joint moves, which shift every row's

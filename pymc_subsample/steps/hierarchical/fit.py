@@ -148,6 +148,12 @@ class SweepFit:
         prec = self._prior_precision_beta()
         beta, a, mu, tau, cov_beta, cov_marg = eb_fit(
             lambda b, a_: self._pass(b, a_), beta0, np.zeros(G), G, prior_prec_beta=prec)
+        self._centre_at(beta, a, mu, tau, cov_beta, cov_marg, prec)
+
+    def _centre_at(self, beta, a, mu, tau, cov_beta, cov_marg, prec):
+        """Keep the centre ``(beta, a)`` found by :func:`eb_fit` (at the empirical-Bayes
+        ``mu``, ``tau``), its Taylor sums (one pass, :meth:`_pass`) and the
+        approximations the moves draw on."""
         self.taylor, self.small = self._pass(beta, a, centre=True)
         self.eb = {"mu": mu, "tau": tau}
         self.cov_beta = cov_beta

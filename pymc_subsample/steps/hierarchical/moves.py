@@ -109,7 +109,8 @@ class GroupMove(Move):
         a_new, aux = self.propose(a, db, loc, scale, rng, st)
         extra = self.log_ratio(a, a_new, loc, scale, aux)
         log_u = np.log(rng.random(a.size))
-        ok, used = self.test.decide(db, a, db, a_new, log_u, extra, rng, per_group=True)
+        ok, used = self.test.decide(db, a, db, a_new, log_u, extra, rng, per_group=True,
+                                    q=q, q_new=q)
         q = self.term.with_effects(q, np.where(ok, a_new, a), (loc, scale))
         if tune:
             self.adapt(st, ok)
@@ -188,7 +189,8 @@ class BlockMove(Move):
             if data is None:
                 ok = log_u < min(log_r, 0.0)
             else:
-                ok, used = self.test.decide(*data, log_u, log_r, rng, per_group=False)
+                ok, used = self.test.decide(*data, log_u, log_r, rng, per_group=False,
+                                            q=q, q_new=q_new)
         if tune:
             setattr(st, self.factor, float(robbins_monro(getattr(st, self.factor), ok, 0.3,
                                                          st.n_tuned)))

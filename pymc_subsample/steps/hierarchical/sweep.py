@@ -22,6 +22,7 @@ from .block_moves import (FixedGaussian, FixedMarginal, FixedRandomWalk, HyperAn
 from .factorised import FactorisedTest
 from .fit import SweepFit
 from .moves import GroupCoordinates, GroupGaussian, GroupRandomWalk
+from .normal import ExactNormalTest, NormalSweepFit, ScaleConditional
 
 __all__ = ["HierarchicalSweep", "SweepState", "SWEEP_MOVES"]
 
@@ -31,6 +32,9 @@ SWEEP_MOVES = {
     RandomIntercept: (GroupRandomWalk, GroupGaussian, HyperGivenEffects, HyperMarginal,
                       FixedRandomWalk, FixedGaussian, FixedMarginal, HyperAncillary),
 }
+#: the moves added after those of :data:`SWEEP_MOVES` for a family with a sampled
+#: parameter (the structure's ``scale``), by family name
+SCALE_MOVES = {"normal_scale": (ScaleConditional,)}
 
 
 @dataclass
@@ -46,6 +50,7 @@ class SweepState:
     log_marg: float = 0.0
     log_fixed_marg: float = 0.0
     log_fixed_gauss: float = 0.0
+    log_scale: float = 0.0
     n_tuned: int = 0
     hyper_sum: np.ndarray = None
     hyper_sq: np.ndarray = None
@@ -69,23 +74,44 @@ class HierarchicalSweep(TransitionKernel):
         Moves per sweep, by name (``DEFAULT_MOVES``): ``groups`` (random walk per
         group), ``groups_gaussian`` (independence proposal per group), ``hyper``
         (data-free), ``marginal``, ``fixed``, ``fixed_gaussian``, ``fixed_marginal``,
-        ``ancillary``.
+        ``ancillary``; and with a sampled family scale (``DEFAULT_SCALE_MOVES``)
+        ``scale``.
+
+    Notes
+    -----
+    On the linear mixed model (the Normal likelihood with a sampled scale: the
+    structure's ``scale``) the fit, the data term of every move and the scale's own move
+    are those of :mod:`~pymc_subsample.steps.hierarchical.normal`: exact from
+    sufficient statistics, no row read while sampling.
     """
 
     DEFAULT_MOVES = {"groups": 1, "groups_gaussian": 1, "hyper": 2, "marginal": 6, "fixed": 1,
                      "fixed_gaussian": 2, "fixed_marginal": 3, "ancillary": 2}
+    #: the family scale's moves per sweep (a structure with a ``scale`` only; its random
+    #: walk, when ``sigma``'s coordinate is not ``log sigma``, makes
+    #: ``ScaleConditional.random_walk_moves``)
+    DEFAULT_SCALE_MOVES = {"scale": 1}
     #: one sweep's stats: the moves' mean acceptance and their rows read (no batches)
     stats_dtypes_shapes = {"accepted": (np.float64, []), "accept": (np.float64, []),
                            "data_used": (np.int64, []), "n_batches": (np.int64, [])}
 
     def __init__(self, engine, structure, *, exact_rows: int = 16, moves=None):
         self.engine, self.s = engine, structure
-        self.counts = {**self.DEFAULT_MOVES, **(moves or {})}
-        self.fit = SweepFit(engine, structure, exact_rows)
-        self.factorised = FactorisedTest(self.fit)
+        walk = {}
+        if structure.scale is not None and not structure.scale.log_is_coordinate:
+            walk = {"scale": ScaleConditional.random_walk_moves}
+        self.counts = {**self.DEFAULT_MOVES, **self.DEFAULT_SCALE_MOVES, **walk, **(moves or {})}
+        kinds = SWEEP_MOVES[type(structure.terms[0])]
+        if structure.scale is None:
+            self.fit = SweepFit(engine, structure, exact_rows)
+            self.factorised = FactorisedTest(self.fit)
+        else:
+            self.fit = NormalSweepFit(engine, structure, exact_rows)
+            self.factorised = ExactNormalTest(self.fit)
+            kinds = kinds + SCALE_MOVES[structure.family]
         (term,) = structure.terms
         coords = GroupCoordinates(term)
-        self.moves = [cls(self.fit, self.factorised, coords) for cls in SWEEP_MOVES[type(term)]]
+        self.moves = [cls(self.fit, self.factorised, coords) for cls in kinds]
         self.state = None
 
     # ------------------------------------------------------------------ chain state
