@@ -12,7 +12,7 @@ import pymc as pm
 import pytest
 
 import pymc_subsample as pms
-from tests.conftest import run_sample, sampler_warnings
+from tests.conftest import run_sample
 
 WORDS = ("has not moved", "posterior sds", "each read all", "looks improper")
 
@@ -38,11 +38,18 @@ def _run(model, step, **kw):
 
 
 def _messages(idata):
-    """The watch's warnings of the tuning and the kept draws."""
-    groups = [idata]
-    if "warmup_sample_stats" in getattr(idata, "groups", lambda: [])():
-        groups.append(type(idata)(sample_stats=idata.warmup_sample_stats))
-    return [m for g in groups for m in sampler_warnings(g)[0] if any(w in m for w in WORDS)]
+    """The watch's warnings of the tuning and the kept draws (InferenceData or DataTree)."""
+    from pymc_subsample.diagnostics import get_group
+
+    found = []
+    for name in ("warmup_sample_stats", "sample_stats"):
+        try:
+            stat = get_group(idata, name)["warning"].values
+        except KeyError:
+            continue
+        found += [w.message for w in stat.ravel()
+                  if w is not None and any(word in w.message for word in WORDS)]
+    return found
 
 
 def test_a_chain_stuck_far_out_is_reported():
