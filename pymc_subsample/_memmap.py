@@ -53,20 +53,23 @@ def file_backing(arr) -> tuple | None:
     Parameters
     ----------
     arr : object
+        Anything; only an array in a shared mapping of a file that still exists has a
+        backing.
 
     Returns
     -------
     tuple or None
         ``(filename, mode, start, length, offset, dtype, shape, strides, cls)``: the byte
-        range ``[start, start + length)`` of the file that the array spans, the array's
-        offset in that range, and what :func:`_reopen` needs to rebuild it.
+        range ``[start, start + length)`` of the file that the array spans (that of
+        :func:`mapped_range`), the array's offset in that range, and what
+        :func:`_reopen` needs to rebuild it.
     """
-    span = _span(arr)
+    span = _file_span(arr)
     if span is None:
         return None
-    root, start, lo = span
-    filename, mode = getattr(root, "filename", None), getattr(root, "mode", None)
-    if filename is None or mode not in _SHARED_MODES or not os.path.exists(filename):
+    root, filename, start, lo = span
+    mode = getattr(root, "mode", None)
+    if mode not in _SHARED_MODES or not os.path.exists(filename):
         return None
     return (filename, _SHARED_MODES[mode], start, _span_length(arr), _address(arr) - lo,
             arr.dtype, arr.shape, arr.strides, type(arr))
@@ -80,18 +83,20 @@ def _span_length(arr: np.ndarray) -> int:
     return length
 
 
-def _span(arr):
-    """``(root map, first byte in the file, lowest address)`` of a mapped array, or None."""
+def _file_span(arr):
+    """``(root map, filename, first byte in the file, lowest address)`` of an array
+    mapped from a named file, in any map mode, or None."""
     if not isinstance(arr, np.ndarray) or arr.size == 0:
         return None
     root = _root_map(arr)
-    if root is None:
+    filename = None if root is None else getattr(root, "filename", None)
+    if filename is None:
         return None
     lo = _address(arr)
     for n, s in zip(arr.shape, arr.strides):  # the lowest byte the array's elements use
         if s < 0:
             lo += (n - 1) * s
-    return root, int(getattr(root, "offset", 0) or 0) + (lo - _address(root)), lo
+    return root, filename, int(getattr(root, "offset", 0) or 0) + (lo - _address(root)), lo
 
 
 def mapped_range(arr) -> tuple[str, int, int] | None:
@@ -101,20 +106,17 @@ def mapped_range(arr) -> tuple[str, int, int] | None:
     Parameters
     ----------
     arr : object
+        Anything; an array mapped from a named file (or a view of one) has a range.
 
     Returns
     -------
-    tuple or None
-        ``(filename, start, stop)``: the array's elements lie in bytes ``[start, stop)``
-        of ``filename``; None for an array not backed by a named file.
+    (filename, start, stop) : (str, int, int), or None
+        The array's elements lie in bytes ``[start, stop)`` of ``filename``.
     """
-    span = _span(arr)
+    span = _file_span(arr)
     if span is None:
         return None
-    root, start, _ = span
-    filename = getattr(root, "filename", None)
-    if filename is None:
-        return None
+    _, filename, start, _ = span
     return os.fspath(filename), start, start + _span_length(arr)
 
 

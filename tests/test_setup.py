@@ -85,9 +85,9 @@ def test_every_step_is_set_up_in_three_passes_over_the_data(tall, name, monkeypa
 
 def test_the_pass_count_test_catches_an_extra_pass(tall, monkeypatch):
     """The counter sees a separate bound pass (ScalableMH built without the rider)."""
-    import pymc_subsample.steps.scalable as scalable
+    import pymc_subsample.steps.scalable_setup as scalable_setup
 
-    monkeypatch.setattr(scalable, "BoundsRider", lambda *a, **k: None)
+    monkeypatch.setattr(scalable_setup, "BoundsRider", lambda *a, **k: None)
     with tall, warnings.catch_warnings():
         warnings.simplefilter("ignore")
         passes = PassCounter(monkeypatch)

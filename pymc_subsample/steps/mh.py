@@ -26,9 +26,8 @@ from ..kernels.variance.control_variates import NoControlVariate
 from ..proposals import as_proposal
 from .base import SubsampleStep
 from .state import DRAW_STATS, SETTING_PREFIX
-from .gradients import GradientOracle
 from .kernel import REJECTED, Decision, JointMove
-from .setup import build_estimator
+from .setup import gradient_oracle
 
 __all__ = ["MHStep", "Decision", "REJECTED"]
 
@@ -281,12 +280,10 @@ class MHStep(SubsampleStep):
         if prop.gradient == "surrogate":
             return self._surrogate_grad
         if prop.estimator_name is not None:
-            chol = self._laplace_chol
-            est = build_estimator(self.engine, prop.estimator_name, prop.batch_size,
-                                  center=self.center, chol=chol, owner=type(self).__name__)
-            self._oracle = GradientOracle(
-                self.engine, est, None if self.center is None else self.center.theta,
-                self.loglik_weight)
+            self._oracle = gradient_oracle(
+                self.engine, prop.estimator_name, prop.batch_size, center=self.center,
+                chol=self._laplace_chol, loglik_weight=self.loglik_weight,
+                owner=type(self).__name__)
             return self._oracle
         return self._minibatch_grad
 

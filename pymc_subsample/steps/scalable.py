@@ -5,29 +5,15 @@ truncation."""
 
 from __future__ import annotations
 
-import dataclasses
 import math
 
 import numpy as np
 
-from ..center import inverse_pd
-from ..engine.glm import detect_glms
-from ..engine.softmax import bounds_in_q, detect_specs
-from ..engine.predictor import affine_likelihood
-from ..kernels.variance.control_variates import PredictorTaylorControlVariate, TaylorControlVariate
-from ..kernels.families import FAMILIES_DOC
-from ..kernels._validation import (
-    InvalidParameterError, check_choice, check_int, check_positive)
+from ..kernels.variance.control_variates import PredictorTaylorControlVariate
+from ..kernels._validation import InvalidParameterError
 from ..kernels.scalable.smh import smh_test
-from . import setup
+from . import scalable_setup
 from .mh import Decision, MHStep
-from .scalable_bounds import (
-    BoundsRider,
-    bound_coordinates,
-    check_bound_args,
-    predictor_bounds,
-    q_bounds,
-)
 from .state import BASE_STATS, acceptance_probability, setting_stats
 
 __all__ = ["ScalableMH"]
@@ -181,30 +167,11 @@ class ScalableMH(MHStep):
         model=None,
         **kwargs,
     ):
-        self.order = check_int("order", order, 1, maximum=2, strict=True,
-                               what="1 or 2 (the Taylor order k)")
-        if truncation is not None:
-            truncation = check_positive("truncation", truncation, finite=False, strict=True)
-        self._truncation_arg = truncation
-        if "mode" in kwargs:
-            raise InvalidParameterError(
-                "ScalableMH takes its centre theta_hat as center= (it was mode=). For "
-                "PyTensor's compile mode pass compile_kwargs={'mode': ...}, as with PyMC's "
-                "own step methods."
-            )
+        (self.order, self._truncation_arg, self.bound_form, self._region_arg,
+         self.data_test, proposal_kwargs) = scalable_setup.check_args(
+            order, truncation, bounds, bound_form, region, data_test, rho, proposal, kwargs)
         self._center_arg = center
         self._bounds_arg = bounds
-        self.bound_form, self._region_arg = check_bound_args(bounds, bound_form, region)
-        if data_test is None:
-            data_test = "poisson" if self.order == 1 else "factorised"
-        self.data_test = check_choice("data_test", data_test, ("factorised", "poisson"),
-                                      what="'factorised' (SMH) or 'poisson' (MH-SS)")
-        proposal_kwargs = dict(kwargs.pop("proposal_kwargs", None) or {})
-        if rho is not None:
-            name = "pcn" if proposal is None and self.order == 2 else proposal
-            if not (isinstance(name, str) and name.lower() == "pcn"):
-                raise InvalidParameterError("rho applies to proposal='pcn' only.")
-            proposal_kwargs.setdefault("rho", rho)
         super().__init__(
             vars,
             proposal=proposal,
@@ -236,39 +203,17 @@ class ScalableMH(MHStep):
         self._take_row_check()
 
     def _check_rows(self):
-        """The engine's data checks (:meth:`~pymc_subsample.engine.likelihood.
-        LikelihoodEngine.validate`), before anything else reads the data. On an ordinary
-        GLM whose family declares its support, the pass over all rows runs on the
-        family's NumPy row terms, in parallel, instead of the model's compiled graph,
-        which holds Python's lock (0.8 s of a 5 s set-up at N = 10^7); the probe rows
-        are still compared with the compiled graph."""
-        eng, terms, found = self.engine, None, None
-        if isinstance(self._bounds_arg, str) and self.bound_form == "whitened":
-            try:
-                specs = detect_glms(eng.model)
-                q0 = eng.initial_q()
-                if len(specs) == 1:
-                    found = (specs[0], *affine_likelihood(eng, specs[0], q0))
-            except ValueError:  # not recognised: the set-up says why, after the checks
-                found = None
-            if found is not None and found[1] is not None:
-                terms = found[1].check_terms(found[1].v(q0))
-        #: the scan of every row rides on the mode search's first pass over all rows
-        #: (``DeferredRowCheck``; None: done here), and the map found for it is reused
-        self._row_check = eng.validate(terms=terms, defer=terms is not None)
-        self._affine_found = found if self._row_check is not None else None
+        """The engine's data checks before anything else reads the data
+        (:func:`~pymc_subsample.steps.scalable_setup.check_rows`); the scan of every row
+        rides on the mode search's first pass over all rows, and the GLM found for it is
+        reused."""
+        self._row_check, self._affine_found = scalable_setup.check_rows(
+            self.engine, self._bounds_arg, self.bound_form)
 
     def _take_row_check(self, lik=None):
         """Hand the deferred row check to ``lik``'s next pass over all rows, or (``lik``
         None, or a check that no pass took) run it now."""
-        check, self._row_check = self._row_check, None
-        if check is None or check.done:
-            return
-        if lik is not None and hasattr(lik, "row_check"):
-            lik.row_check = check
-            self._row_check = check  # run by the next call if no pass took it
-        else:
-            check.run()
+        self._row_check = scalable_setup.hand_row_check(self._row_check, lik)
 
     def _setup_settings(self):
         """The ``truncation`` in effect (whatever the kernel: :meth:`settings` records
@@ -278,8 +223,8 @@ class ScalableMH(MHStep):
         self.bounds = None
 
     def _setup_target(self):
-        """The centre, the control variates and the bounds (module docstring of
-        :mod:`pymc_subsample.steps.scalable_bounds`)."""
+        """The centre, the control variates and the bounds (:mod:`pymc_subsample.steps.
+        scalable_setup`, :mod:`pymc_subsample.steps.scalable_bounds`)."""
         eng = self.engine
         # cheap checks first, before the mode search and the data pass
         msg = self._other_steps_message(
@@ -290,60 +235,24 @@ class ScalableMH(MHStep):
             raise InvalidParameterError(msg)
         #: the recognised GLM of each observed variable (None: user bounds); with several
         #: (sharing the rows) the bounds are the sums of theirs, in q (``q_bounds``)
-        self._glm_specs = self._check_bounds_arg()
-        several = self._glm_specs is not None and (len(self._glm_specs) > 1
-                                                   or bounds_in_q(self._glm_specs))
+        self._glm_specs = scalable_setup.recognise_glms(eng, self._bounds_arg)
+        several = scalable_setup.summed_specs(self._glm_specs)
         self._glm_spec = None if self._glm_specs is None or several else self._glm_specs[0]
-        whitened = self.bound_form == "whitened"
-        # an ordinary GLM: the mode search's passes use the predictor coordinates' NumPy
-        # row terms instead of compiling the engine's Hessian graph
-        affine_map, lik, rider = None, eng, None
         found, self._affine_found = self._affine_found, None
-        if self._glm_spec is not None and whitened:
-            if found is not None and _same_spec(found[0], self._glm_spec):
-                affine_map, lik = found[1:]
-            else:
-                affine_map, lik = affine_likelihood(eng, self._glm_spec, eng.initial_q())
-        self._take_row_check(lik if affine_map is not None else None)
-        if affine_map is not None:
-            # the bound constants ride on the mode search's last pass (BoundsRider)
-            spec, order, region = self._glm_spec, self.order, self._region_arg
-
-            def rider(q, sums):
-                cov = inverse_pd(-(sums[1] + sums[3]))
-                return BoundsRider(affine_map, spec, order, q, cov, region)
-
-        self.center, self._setup_warning = setup.locate_center(
-            lik, eng, self._center_arg, "the centre of the control variates and bounds",
-            "the bounds hold but may be loose, so the test may read many rows. Pass center= "
-            "(e.g. from pm.find_MAP).", rider=rider, tol=setup.SCALABLE_CENTER_TOL)
-        self._take_row_check()  # no pass over all rows took it (e.g. center= given)
-        rider_done = self.center.rider
-        # the step keeps no rider: it holds a lock (pickling for spawned workers) and the
-        # pass's temporaries
-        self.center = dataclasses.replace(self.center, rider=None)
+        # the rows' check rides on the mode search's first pass over all rows, or runs
+        self.center, self._setup_warning, affine_map, rider_done = (
+            scalable_setup.locate_center(
+                eng, self._center_arg, self._glm_spec, found, self._row_check,
+                whitened=self.bound_form == "whitened", order=self.order,
+                region=self._region_arg))
+        self._row_check = None
         self.theta_hat = self.center.theta
         gauss_mean, cov = self.center.laplace()
         self._set_laplace(gauss_mean, cov)
-        # several observed variables: the predictor coordinates are per variable, so the
-        # bounds and control variates stay in q (the engine's row terms sum the variables)
-        vmap = None if several else bound_coordinates(eng, self._glm_spec, self.theta_hat,
-                                                      affine_map, whitened)
-        if vmap is not None:
-            if vmap is affine_map and rider_done is not None:
-                proxy, self.bounds = rider_done.finish()
-            else:
-                proxy, self.bounds = predictor_bounds(vmap, self._glm_spec, self.order,
-                                                      self.theta_hat, cov, self._region_arg)
-            self.control = PredictorTaylorControlVariate(vmap, proxy)
-            self._curved = not vmap.v_is_affine(self.theta_hat)
-        else:
-            self.bounds = q_bounds(eng, self._glm_specs if several else self._glm_spec,
-                                   self._bounds_arg, self.bound_form,
-                                   self.order, self.theta_hat, self._laplace_chol,
-                                   self._region_arg)
-            self.control = TaylorControlVariate(eng, self.center.proxy(self.order))
-            self._curved = False
+        self.control, self.bounds, self._curved = scalable_setup.control_and_bounds(
+            eng, self._glm_specs, self._glm_spec, self.center, cov, self._laplace_chol,
+            affine_map, rider_done, order=self.order, bounds_arg=self._bounds_arg,
+            bound_form=self.bound_form, region=self._region_arg)
         return self.theta_hat, (gauss_mean, cov)
 
     def _default_proposal(self) -> str:
@@ -358,21 +267,6 @@ class ScalableMH(MHStep):
             # the exact full-data test (truncation, or a point outside the region) runs
             # the engine's compiled differences: compiled now, not inside the draws
             self.engine.compile("ll_diff")
-
-    def _check_bounds_arg(self):
-        """Validate ``bounds=`` early; for ``"auto"`` recognise the GLM of every observed
-        variable (a list of specs, or raise); None for user bounds."""
-        bounds = self._bounds_arg
-        if isinstance(bounds, str):
-            if bounds != "auto":
-                raise InvalidParameterError(
-                    f"ScalableMH: bounds must be 'auto', a callable or an array, got "
-                    f"{bounds[:40]!r}; see {FAMILIES_DOC}.")
-            return detect_specs(self.engine.model)
-        if bounds is None:
-            raise InvalidParameterError("ScalableMH needs bound constants: bounds='auto', a "
-                                        f"callable or an array; see {FAMILIES_DOC}.")
-        return None
 
     # ------------------------------------------------------------------ control variates
     @property
@@ -444,10 +338,3 @@ class ScalableMH(MHStep):
             first_factor=first,
             extras={"poisson_rate": float(res.poisson_rate), "fallback": bool(res.fallback)})
 
-
-def _same_spec(a, b) -> bool:
-    """Whether two recognitions of the same model found the same GLM (the observed
-    variable and its family; the graphs are the model's, so these determine the rest)."""
-    return (type(a) is type(b) and getattr(a, "observed", None) == getattr(b, "observed", 0)
-            and str(getattr(a, "family", None)) == str(getattr(b, "family", 0))
-            and getattr(a, "two_param", None) == getattr(b, "two_param", 0))

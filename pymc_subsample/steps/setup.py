@@ -1,6 +1,7 @@
 """The set-up passes every step shares, written once: locating the centre, the per-row
 gradients there, importance weights, the SAGA store (with its memory check), the
-gradient estimators of the Langevin moves, and the control variate a step holds.
+gradient estimators of the Langevin moves (and the oracle they are read through), and
+the control variate a step holds.
 
 Each function takes the engine (or the duck-typed likelihood the mode search runs on)
 and plain arguments, and returns what it built; the steps decide when to call them.
@@ -26,6 +27,7 @@ from ..kernels.variance.control_variates import (
     importance_weights,
 )
 from ..kernels.variance.gradient_estimators import make_estimator, saga_bytes
+from .gradients import GradientOracle
 
 __all__ = [
     "mode_likelihood",
@@ -34,6 +36,7 @@ __all__ = [
     "importance_weights_at",
     "check_store_memory",
     "build_estimator",
+    "gradient_oracle",
     "control_variate",
 ]
 
@@ -185,6 +188,21 @@ def build_estimator(engine, name: str, batch_size: int, *, center=None, chol=Non
         weights = importance_weights_at(engine, center.theta, chol, grads_c)
     return make_estimator(name, n, batch_size, grads_center=grads_c, weights=weights,
                           defensive=defensive)
+
+
+def gradient_oracle(engine, name: str, batch_size: int, *, center=None, chol=None,
+                    loglik_weight: float = 1.0, defensive: float = 0.1, max_memory=None,
+                    owner: str = "the step") -> GradientOracle:
+    """The log-posterior gradient estimates of a Langevin move (SGLD's update, or a
+    ``Langevin(gradient=...)`` proposal): a
+    :class:`~pymc_subsample.steps.gradients.GradientOracle` over the estimator ``name``
+    of :func:`build_estimator` (same arguments), with the control variates' centre
+    ``center.theta`` and the likelihood's weight ``loglik_weight`` (a tempered
+    target's)."""
+    est = build_estimator(engine, name, batch_size, center=center, chol=chol,
+                          defensive=defensive, max_memory=max_memory, owner=owner)
+    return GradientOracle(engine, est, None if center is None else center.theta,
+                          loglik_weight)
 
 
 def control_variate(kind, engine, center=None, *, vmap=None, proxy=None, grads=None):

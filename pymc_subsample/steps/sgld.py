@@ -4,29 +4,18 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 
 import numpy as np
 from pymc.exceptions import SamplingError
 from pymc.stats.convergence import WarningType
 
-from ..engine.analysis import ModelNotSupportedError
-from ..kernels._validation import (
-    InvalidParameterError, check_batch_size, check_bytes, check_choice, check_positive,
-    check_share)
-from ..kernels.variance.gradient_estimators import ESTIMATORS, largest_eigenvalue
-from ..kernels.sgld import (
-    SCHEDULES,
-    NoiseAverage,
-    gaussian_variance_inflation,
-    langevin_update,
-    noise_ratio,
-    Schedule,
-)
-from . import setup
+from ..kernels._validation import InvalidParameterError, check_batch_size
+from ..kernels.variance.gradient_estimators import largest_eigenvalue
+from ..kernels.sgld import Schedule, gaussian_variance_inflation, langevin_update, noise_ratio
+from . import setup, sgld_checks, sgld_setup
 from .base import SubsampleStep
-from .gradients import GradientOracle
-from .state import BASE_STATS, ChainVars, setting_stats
+from .sgld_checks import SGLDChain
+from .state import BASE_STATS, setting_stats
 
 __all__ = ["SGLD", "SGLDDivergenceError"]
 
@@ -37,17 +26,6 @@ class SGLDDivergenceError(SamplingError):
     No longer raised: SGLD now keeps a diverging chain at its last finite values, records
     the draw in the ``diverging`` sample stat and warns once (see :class:`SGLD`). The
     class stays so that code catching it still imports."""
-
-
-@dataclass
-class SGLDChain(ChainVars):
-    """What a chain of SGLD changes: its sampling transitions so far (the schedule's
-    ``t``) and the gradient-noise check."""
-
-    t: int = 0
-    noise: NoiseAverage = field(default_factory=NoiseAverage)
-    noise_sum: float = 0.0
-    noise_n: int = 0
 
 
 class SGLD(SubsampleStep):
@@ -220,35 +198,12 @@ class SGLD(SubsampleStep):
         hierarchical="refuse",
         **kwargs,
     ):
-        for bad in ("proposal", "scaling", "proposal_kwargs"):
-            if bad in kwargs:
-                raise InvalidParameterError(
-                    f"SGLD takes no {bad}=: its move is the Langevin update itself. Set its "
-                    "step with step_size= (and precondition=), or use "
-                    "AustereMH(proposal=pms.proposals.Langevin(...)) for an MH-corrected chain."
-                )
-        check_choice("gradient", gradient, tuple(sorted(ESTIMATORS)),
-                     what=f"one of {sorted(ESTIMATORS)} (the gradient estimator)")
-        check_choice("schedule", schedule, tuple(SCHEDULES),
-                     what=f"one of {tuple(SCHEDULES)}")
-        schedule_t0 = check_positive("schedule_t0", schedule_t0, finite=False, strict=True)
-        schedule_gamma = check_positive("schedule_gamma", schedule_gamma, finite=False,
-                                        strict=True)
-        if step_size is not None:
-            step_size = check_positive("step_size", step_size, strict=True,
-                                       what="a positive finite number (h)")
-        if step_size is not None and precondition and step_size >= 4:
-            raise InvalidParameterError(
-                f"step_size={step_size!r} with precondition=True: the preconditioned update "
-                "is unstable for h >= 4 (on a Gaussian posterior it multiplies the distance "
-                "from the mean by 1 - h/2 each step) and the chain would diverge. Use h "
-                "below 1 (the default is 0.2)."
-            )
-        self.hierarchical = check_choice(
-            "hierarchical", hierarchical, ("refuse", "allow"),
-            what="'refuse' or 'allow' (what to do with a random intercept per group)")
-        defensive = check_share("defensive", defensive, strict=True)
-        max_memory = check_bytes("max_memory", max_memory)
+        (step_size, schedule_t0, schedule_gamma, self.hierarchical, defensive,
+         max_memory) = sgld_setup.check_args(
+            kwargs, gradient=gradient, step_size=step_size, schedule=schedule,
+            schedule_t0=schedule_t0, schedule_gamma=schedule_gamma,
+            precondition=precondition, hierarchical=hierarchical, defensive=defensive,
+            max_memory=max_memory)
         self.gradient = gradient
         self._batch_arg = batch_size
         self._user_step = None if step_size is None else float(step_size)
@@ -267,32 +222,10 @@ class SGLD(SubsampleStep):
         return (self.gradient != "minibatch" or self.precondition or self._user_step is None
                 or self._center_arg is not None)
 
-    def _refuse_groups(self):
-        """``hierarchical="refuse"``: raise :class:`ModelNotSupportedError` when the
-        likelihood has a random intercept per group
-        (:func:`~pymc_subsample.engine.groups.find_groups`). A failure of the recognition
-        itself (its import included) counts as no structure."""
-        try:
-            from ..engine.groups import NotFound, find_groups
-
-            structure = find_groups(self.engine)
-        except Exception:  # noqa: BLE001 - the recognition is a check, not a requirement
-            return
-        if isinstance(structure, NotFound):  # no group structure (the reason)
-            return
-        raise ModelNotSupportedError(
-            f"SGLD does not sample this model: its likelihood has a {structure.describe()}. "
-            "SGLD's fixed step size cannot follow the funnel of the group scale (the group "
-            "effects' spread changes with it by orders of magnitude), so on such models it "
-            "diverges or is biased. Use pms.AustereMH(), pms.BarkerMinibatch() or "
-            "pms.ScalableMH(): they recognise the group structure and update the groups in "
-            "a blocked sweep. To run SGLD anyway, pass hierarchical='allow'."
-        )
-
     def _setup(self):
         eng = self.engine
         if self.hierarchical == "refuse":
-            self._refuse_groups()
+            sgld_setup.refuse_groups(eng)
         self.batch_size = check_batch_size(self._batch_arg, "batch_size", self.n_rows)
         self.center = None
         self._laplace_sd = None
@@ -308,9 +241,7 @@ class SGLD(SubsampleStep):
                 "pass center=.")
             mean, cov = self.center.laplace(self.loglik_weight)
             self._set_laplace(mean, cov)
-            # the Laplace sds of the coordinates (row norms of the Cholesky factor)
-            self._laplace_sd = np.sqrt(np.einsum("ij,ij->i", self._laplace_chol,
-                                                 self._laplace_chol))
+            self._laplace_sd = sgld_checks.laplace_sds(self._laplace_chol)
         self._factor = self._laplace_chol if self.precondition else None
         if self._user_step is not None:
             h0 = self._user_step
@@ -318,12 +249,11 @@ class SGLD(SubsampleStep):
             h0 = self.DEFAULT_STEP
         else:
             h0 = self.DEFAULT_STEP * float(np.linalg.eigvalsh(cov)[0])
-        self.estimator = setup.build_estimator(
+        self._oracle = setup.gradient_oracle(
             eng, self.gradient, self.batch_size, center=self.center, chol=self._laplace_chol,
-            defensive=self.defensive, max_memory=self.max_memory, owner="SGLD")
-        self._oracle = GradientOracle(eng, self.estimator,
-                                      None if self.center is None else self.center.theta,
-                                      self.loglik_weight)
+            loglik_weight=self.loglik_weight, defensive=self.defensive,
+            max_memory=self.max_memory, owner="SGLD")
+        self.estimator = self._oracle.estimator
         self.step_schedule = Schedule(h0, self.schedule, self.schedule_t0, self.schedule_gamma)
         eng.compile("prior_grad", "row_grad_pair" if self.estimator.needs_center else "row_grad")
 
@@ -360,34 +290,14 @@ class SGLD(SubsampleStep):
     #: geometrically once its step is unstable, e.g. h >= 4 preconditioned)
     RUNAWAY = 1e3
 
-    def _divergence(self, q_new) -> str | None:
-        """Why the move to ``q_new`` diverged, or None: it is not finite, or more than
-        ``RUNAWAY`` Laplace sds from the Laplace mean in some coordinate (steps with a
-        Laplace fit)."""
-        if not np.all(np.isfinite(q_new)):
-            return "the move left the finite numbers"
-        if self._laplace_sd is None:
-            return None
-        far = float(np.max(np.abs(q_new - self._laplace_mean) / self._laplace_sd))
-        if far > self.RUNAWAY:
-            return (f"the move went {far:.3g} sds (of the Laplace approximation) from the "
-                    "posterior mode")
-        return None
-
     def _diverged(self, q, h, stats, what):
         """A diverging transition: the chain stays at ``q``, its last finite values (SGLD
         has no accept/reject step to undo the move, and inf, NaN or runaway draws must
         never be returned silently); the draw's ``diverging`` stat is True and the chain
         warns once."""
-        advice = "" if self.precondition else ", keep precondition=True"
         self.warn_once(
-            "diverging",
-            f"a transition diverged{' while tuning' if self.tune else ''}: {what} (step "
-            f"size h = {h:.3g}). The chain stays at its last finite values and the draw's "
-            "diverging stat is True; near such draws the chain is not sampling the "
-            f"posterior. Lower step_size (e.g. step_size={h / 10:.3g}; the default, "
-            f"step_size=None, sets it from the posterior's scale){advice}, or use a "
-            "Metropolis-Hastings step (pms.AustereMH, pms.BarkerMinibatch, pms.ScalableMH).",
+            "diverging", sgld_checks.divergence_warning(
+                what, h, tuning=self.tune, precondition=self.precondition),
             kind=WarningType.TUNING_DIVERGENCE if self.tune else WarningType.DIVERGENCE,
         )
         if not self.tune:
@@ -407,7 +317,8 @@ class SGLD(SubsampleStep):
             return self._diverged(q, h, stats, "the gradient estimate is not finite")
         eps = self.rng.standard_normal(self.ndim)
         q_new = langevin_update(q, g, h, eps, self._factor)
-        what = self._divergence(q_new)
+        what = sgld_checks.divergence(q_new, self._laplace_mean, self._laplace_sd,
+                                      self.RUNAWAY)
         if what is not None:
             return self._diverged(q, h, stats, what)
         self._oracle.update(q)
@@ -418,35 +329,9 @@ class SGLD(SubsampleStep):
             chain.t += 1
         chain.noise_sum += ratio
         chain.noise_n += 1
-        if chain.noise_n >= 50 and chain.noise_sum > self.NOISE_WARN * chain.noise_n:
-            mean = chain.noise_sum / chain.noise_n
-            self.warn_once(
-                "noise",
-                f"the gradient noise adds {100 * mean:.0f}% to the variance each update "
-                "injects (mean noise_ratio; Welling & Teh's alpha): the draws are more "
-                f"spread than the posterior. {self._noise_advice(mean, h)}",
-                kind=WarningType.CONVERGENCE,
-            )
+        msg = sgld_checks.noise_warning(
+            chain.noise_sum, chain.noise_n, h, threshold=self.NOISE_WARN,
+            batch_size=self.batch_size, n_rows=self.n_rows, gradient=self.gradient)
+        if msg is not None:
+            self.warn_once("noise", msg, kind=WarningType.CONVERGENCE)
         return q_new, stats
-
-    def _noise_advice(self, mean: float, h: float) -> str:
-        """What lowers the gradient noise, for the noise warning. The mean
-        ``noise_ratio``, ``alpha = (h / 4) lambda_max(F' Var(g_hat) F)`` (Welling & Teh
-        2011, "Bayesian learning via stochastic gradient Langevin dynamics", Sec. 4), is
-        proportional to the step size ``h`` and, as ``Var(g_hat)`` is to ``1 / m``, to
-        ``1 / batch_size`` where the chain is; so ``h`` or ``batch_size`` changed by the
-        factor ``mean / NOISE_WARN`` brings it to about the threshold (below it with
-        control variates, whose noise also falls as the chain narrows). Taylor control
-        variates (Baker et al. 2019, "Control variates for stochastic gradient MCMC") are
-        suggested only when another estimator is in use: ``'cv'`` is the default."""
-        factor = mean / self.NOISE_WARN
-        m = self.batch_size
-        bigger = min(self.n_rows, math.ceil(m * factor))
-        knobs = (f"Lower step_size (h = {h:.3g} now, e.g. step_size={h / factor:.2g}) or "
-                 f"raise batch_size ({m} now, e.g. batch_size={bigger})")
-        if self.gradient == "minibatch":
-            return (f"{knobs}, or use gradient='cv' (Taylor control variates, the default): "
-                    "the plain minibatch estimate's noise grows with N.")
-        if self.gradient != "cv":
-            return f"{knobs}, or use gradient='cv' (Taylor control variates, the default)."
-        return knobs + "."

@@ -35,6 +35,7 @@ from .._validation import (
     check_real,
 )
 from .nonfinite import undecidable
+from .outcome import AcceptanceOutcome
 from ..sampling.rows import RowSampler
 from ..variance.streaming import batch_moments, merge_moments
 
@@ -42,15 +43,14 @@ __all__ = ["AustereResult", "austere_test"]
 
 
 @dataclass(frozen=True, slots=True)
-class AustereResult:
-    """Outcome of one approximate MH test (Algorithm 1 of Korattikara et al. 2014).
+class AustereResult(AcceptanceOutcome):
+    """Outcome of one approximate MH test (Algorithm 1 of Korattikara et al. 2014): an
+    :class:`~pymc_subsample.kernels.acceptance.outcome.AcceptanceOutcome` whose
+    ``data_used`` counts the distinct rows whose ``l_i`` were evaluated (``n`` when the
+    test stopped), and
 
     Attributes
     ----------
-    accept : bool
-        The decision.
-    data_used : int
-        Number of distinct rows whose ``l_i`` were evaluated (``n`` when the test stopped).
     n_batches : int
         Number of calls made to ``loglik_diff``.
     exact : bool
@@ -79,8 +79,6 @@ class AustereResult:
         (the step pools them: :class:`~pymc_subsample.kernels.acceptance.clt_error.PooledSkewness`).
     """
 
-    accept: bool
-    data_used: int
     n_batches: int
     exact: bool
     mean: float

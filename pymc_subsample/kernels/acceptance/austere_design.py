@@ -55,6 +55,10 @@ class AusterityDesign:
         Shape ``(len(batch_sizes), len(epsilons))``.
     feasible : bool
         False when no grid point met the bound (the exact test is returned).
+
+    Two designs are equal (and hash alike) when the choice, its error and data use, the
+    criterion, the bound and ``N`` are: the grid arrays are left out of the comparison,
+    as they are of the repr.
     """
 
     batch_size: int
@@ -64,10 +68,10 @@ class AusterityDesign:
     criterion: str
     max_error: float
     n_total: int
-    batch_sizes: np.ndarray = field(repr=False)
-    epsilons: np.ndarray = field(repr=False)
-    error_grid: np.ndarray = field(repr=False)
-    data_use_grid: np.ndarray = field(repr=False)
+    batch_sizes: np.ndarray = field(repr=False, compare=False)
+    epsilons: np.ndarray = field(repr=False, compare=False)
+    error_grid: np.ndarray = field(repr=False, compare=False)
+    data_use_grid: np.ndarray = field(repr=False, compare=False)
     feasible: bool = True
 
 

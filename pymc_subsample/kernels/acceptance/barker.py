@@ -21,6 +21,7 @@ import numpy as np
 from .._validation import InvalidParameterError, check_choice, check_int, check_real
 from .barker_correction import CorrectionDistribution, default_correction
 from .nonfinite import undecidable
+from .outcome import AcceptanceOutcome
 from ..sampling.rows import RowSampler
 from ..variance.streaming import batch_moments, merge_moments
 
@@ -33,15 +34,14 @@ BE_CONST_1 = 2.0
 
 
 @dataclass(frozen=True, slots=True)
-class BarkerResult:
-    """Outcome of one minibatch Barker test.
+class BarkerResult(AcceptanceOutcome):
+    """Outcome of one minibatch Barker test: an
+    :class:`~pymc_subsample.kernels.acceptance.outcome.AcceptanceOutcome` whose
+    ``data_used`` counts the distinct rows evaluated (``n`` at the decision; ``N`` if
+    exact), and
 
     Attributes
     ----------
-    accept : bool
-        Whether the proposal is accepted.
-    data_used : int
-        Number of distinct rows evaluated (``n`` at the decision; ``N`` if exact).
     n_batches : int
         Number of calls made to ``loglik_diff`` (0 if decided without data).
     clt_error : float
@@ -66,8 +66,6 @@ class BarkerResult:
         The test met a NaN or ``+inf`` term (or data-free ratio) and rejected.
     """
 
-    accept: bool
-    data_used: int
     n_batches: int
     clt_error: float
     delta_var: float

@@ -9,9 +9,10 @@ from the ``rng`` argument.
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
+
+from .table import RowTable, _count, read_weights, scaled_total
+from .table import _check_weights  # noqa: F401 - read from here by the tests of the parts
 
 __all__ = ["AliasTable", "index_dtype"]
 
@@ -21,11 +22,6 @@ def index_dtype(n: int) -> type:
     (``int32`` below 2**31 rows, else ``int64``): per-row index arrays in that type are
     exact and half the size."""
     return np.int32 if n <= np.iinfo(np.int32).max else np.int64
-
-
-def _count(a, ranges, pred) -> int:
-    """``count_nonzero(pred(a))``, chunk by chunk."""
-    return sum(int(np.count_nonzero(pred(a[s:e]))) for s, e in ranges)
 
 
 def _where(a, ranges, pred, dtype) -> np.ndarray:
@@ -39,38 +35,12 @@ def _where(a, ranges, pred, dtype) -> np.ndarray:
     return out
 
 
-def _check_weights(w, ranges, what: str = "AliasTable weights") -> float:
-    """The largest weight, after checking chunk by chunk (no N-sized temporaries) that
-    every weight is finite and ``>= 0`` and that one is positive (``what`` names them in
-    the errors)."""
-    wmax = 0.0
-    for s, e in ranges:
-        c = w[s:e]
-        bad = ~np.isfinite(c)
-        if bad.any():
-            i = s + int(np.flatnonzero(bad)[0])
-            raise ValueError(
-                f"{what} must be finite; weight {i} is {float(w[i])!r} "
-                f"({_count(w, ranges, lambda x: ~np.isfinite(x))} non-finite in total).")
-        neg = c < 0
-        if neg.any():
-            i = s + int(np.flatnonzero(neg)[0])
-            raise ValueError(
-                f"{what} must be >= 0; weight {i} is {float(w[i])!r} "
-                f"({_count(w, ranges, lambda x: x < 0)} negative in total).")
-        wmax = max(wmax, float(c.max()))
-    if not wmax > 0.0:
-        raise ValueError(f"{what} must have a positive sum; all are zero.")
-    return wmax
-
-
 def _grid_units(w, ranges, wmax, high) -> tuple[np.ndarray, float]:
     """The rounding of :class:`AliasTable`: each row's grid units ``P_i``, int64 with
     ``sum_i P_i == high == N * unit`` exactly (largest-remainder rounding of
     ``high * w_i / sum(w)``; zero weights keep zero units), and ``sum(w) / wmax``."""
     n = w.size
-    # w / wmax is in [0, 1]: no overflow of the sum
-    total_scaled = math.fsum(float(np.sum(w[s:e] / np.float64(wmax))) for s, e in ranges)
+    total_scaled = scaled_total(w, ranges, wmax)
     scale = float(high) / total_scaled
     # Grid units, N * unit * w_i / sum(w), floored; the fractional parts are kept in
     # float32 (they only rank rows for the rounding below).
@@ -155,7 +125,7 @@ def _vose_pairing(units, ranges, unit, chunk) -> np.ndarray:
     return alias
 
 
-class AliasTable:
+class AliasTable(RowTable):
     """Walker's alias table for i.i.d. draws of rows with ``P(X = i) ∝ w_i``.
 
     Implements step 2 of Algorithm 1 of Cornish et al. (2019) (rows drawn with
@@ -201,10 +171,9 @@ class AliasTable:
 
     Attributes
     ----------
-    n : int
-        Number of rows ``N``.
-    total : float
-        ``sum(weights)`` (the ``Psi`` of Algorithm 1 when the weights are ``psi_i``).
+    n, total : int, float
+        ``N`` and ``sum(weights)``, as for every
+        :class:`~pymc_subsample.kernels.sampling.table.RowTable`.
     alias : ndarray of int32 (int64 from 2**31 rows), shape (N,)
         Alias row of each column (:func:`index_dtype`: exact, half the size of int64).
     threshold : ndarray of int64, shape (N,)
@@ -213,19 +182,11 @@ class AliasTable:
         ``b``, the number of fractional bits of the grid.
     """
 
-    __slots__ = ("n", "total", "alias", "threshold", "bits", "_high", "_mask")
+    __slots__ = ("alias", "threshold", "bits", "_high", "_mask")
 
     def __init__(self, weights, *, chunk: int = 1 << 20):
-        w = weights if isinstance(weights, np.ndarray) else np.asarray(weights, np.float64)
-        if w.ndim != 1:
-            raise ValueError(f"AliasTable weights must be a 1-D array, got shape {w.shape}.")
+        w, ranges, wmax = read_weights(weights, chunk, "AliasTable weights")
         n = int(w.size)
-        if n == 0:
-            raise ValueError("AliasTable needs at least one weight, got an empty array.")
-        if not np.issubdtype(w.dtype, np.floating):
-            w = w.astype(np.float64)
-        ranges = [(s, min(s + chunk, n)) for s in range(0, n, chunk)]
-        wmax = _check_weights(w, ranges)
         bits = min(52, 62 - n.bit_length())
         if bits < 20:
             raise ValueError(f"AliasTable supports at most 2**42 rows, got {n}.")
@@ -242,42 +203,23 @@ class AliasTable:
         self._high = high
         self._mask = unit - 1
 
-    def __len__(self) -> int:
-        return self.n
-
-    def __repr__(self) -> str:
-        return f"AliasTable(n={self.n}, total={self.total!r})"
-
     @property
     def prob(self) -> np.ndarray:
         """Per-column probability of returning the column's own row (float64, exact)."""
         return self.threshold * (2.0**-self.bits)
 
-    def probabilities(self) -> np.ndarray:
-        """Exact distribution implied by the table, ``P(X = i)`` for every row.
-
-        O(N); meant for checks and diagnostics, not for sampling.
-        """
+    def _row_units(self) -> tuple[np.ndarray, int]:
+        """Each row's units: its own column's threshold plus the rest of every column
+        that aliases it."""
         unit = self._mask + 1
         mass = self.threshold.copy()
         np.add.at(mass, self.alias, unit - self.threshold)
-        return mass / float(self._high)
+        return mass, self._high
 
-    def sample(self, rng: np.random.Generator, k: int) -> np.ndarray:
-        """Draw ``k`` i.i.d. rows, ``P(X = i) = w_i / sum(w)`` (Algorithm 1, step 2).
-
-        Parameters
-        ----------
-        rng : numpy.random.Generator
-            The only source of randomness.
-        k : int
-            Number of draws (>= 0).
-
-        Returns
-        -------
-        ndarray of int64, shape (k,)
-            Row indices. Vectorised, O(k).
-        """
+    def _draw(self, rng: np.random.Generator, k: int) -> np.ndarray:
+        """One integer ``r`` on ``[0, N * unit)`` a draw: column ``r >> bits``, its own
+        row when the low bits fall below its threshold, else its alias. Vectorised,
+        O(k)."""
         r = rng.integers(0, self._high, size=k, dtype=np.int64)
         col = r >> self.bits
         own = (r & self._mask) < self.threshold[col]

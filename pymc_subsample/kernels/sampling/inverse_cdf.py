@@ -13,11 +13,9 @@ about two passes over the data at 10^6 rows); a draw costs a binary search,
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
-from .alias import _check_weights
+from .table import RowTable, read_weights, scaled_total
 
 __all__ = ["InverseCDFTable"]
 
@@ -25,7 +23,7 @@ __all__ = ["InverseCDFTable"]
 _GRID = 2.0**61
 
 
-class InverseCDFTable:
+class InverseCDFTable(RowTable):
     """I.i.d. draws of rows with ``P(X = i) ∝ w_i``, by inversion on an integer grid.
 
     Implements step 2 of Algorithm 1 of Cornish et al. (2019) (rows drawn with
@@ -57,29 +55,19 @@ class InverseCDFTable:
 
     Attributes
     ----------
-    n : int
-        Number of rows ``N``.
-    total : float
-        ``sum(weights)`` (the ``Psi`` of Algorithm 1 when the weights are ``psi_i``).
+    n, total : int, float
+        ``N`` and ``sum(weights)``, as for every
+        :class:`~pymc_subsample.kernels.sampling.table.RowTable`.
     cumulative : ndarray of int64, shape (N,)
         The cumulative grid units ``C_i``.
     """
 
-    __slots__ = ("n", "total", "cumulative")
+    __slots__ = ("cumulative",)
 
     def __init__(self, weights, *, chunk: int = 1 << 20, map_fn=None):
-        w = weights if isinstance(weights, np.ndarray) else np.asarray(weights, np.float64)
-        if w.ndim != 1:
-            raise ValueError(f"the weights must be a 1-D array, got shape {w.shape}.")
+        w, ranges, wmax = read_weights(weights, chunk, "the weights")
         n = int(w.size)
-        if n == 0:
-            raise ValueError("the weights are an empty array: at least one row is needed.")
-        if not np.issubdtype(w.dtype, np.floating):
-            w = w.astype(np.float64)
-        ranges = [(s, min(s + chunk, n)) for s in range(0, n, chunk)]
-        wmax = _check_weights(w, ranges, "the weights")
-        # w / wmax is in [0, 1]: no overflow of the sum
-        total_scaled = math.fsum(float(np.sum(w[s:e] / np.float64(wmax))) for s, e in ranges)
+        total_scaled = scaled_total(w, ranges, wmax)
         scale = np.float64(_GRID / total_scaled / wmax)
         cum = np.empty(n, dtype=np.int64)
         run = map_fn if map_fn is not None else (lambda fn, items: [fn(i) for i in items])
@@ -102,34 +90,12 @@ class InverseCDFTable:
         self.total = float(total_scaled * wmax)
         self.cumulative = cum
 
-    def __len__(self) -> int:
-        return self.n
+    def _row_units(self) -> tuple[np.ndarray, int]:
+        """Each row's units, the differences of the cumulative sums."""
+        return np.diff(self.cumulative, prepend=np.int64(0)), self.cumulative[-1]
 
-    def __repr__(self) -> str:
-        return f"InverseCDFTable(n={self.n}, total={self.total!r})"
-
-    def probabilities(self) -> np.ndarray:
-        """Exact distribution implied by the table, ``P(X = i)`` for every row.
-
-        O(N); meant for checks and set-up, not for sampling.
-        """
-        units = np.diff(self.cumulative, prepend=np.int64(0))
-        return units / float(self.cumulative[-1])
-
-    def sample(self, rng: np.random.Generator, k: int) -> np.ndarray:
-        """Draw ``k`` i.i.d. rows, ``P(X = i) = P_i / C_{N-1}`` (Algorithm 1, step 2).
-
-        Parameters
-        ----------
-        rng : numpy.random.Generator
-            The only source of randomness.
-        k : int
-            Number of draws (>= 0).
-
-        Returns
-        -------
-        ndarray of int64, shape (k,)
-            Row indices, in the order drawn. ``O(k log N)``.
-        """
+    def _draw(self, rng: np.random.Generator, k: int) -> np.ndarray:
+        """One integer ``r`` on ``[0, C_{N-1})`` a draw; the row is the first ``i`` with
+        ``C_i > r`` (a binary search, ``O(k log N)``)."""
         r = rng.integers(0, self.cumulative[-1], size=k, dtype=np.int64)
         return np.searchsorted(self.cumulative, r, side="right").astype(np.int64, copy=False)

@@ -53,6 +53,15 @@ def __getattr__(name):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
+def _derivative_order(m) -> int:
+    """The derivative order ``m = k + 1`` of the bounds (``k`` the Taylor order, 1 or 2),
+    as an int; any other order is refused."""
+    m = int(m)
+    if m not in (2, 3):
+        raise ValueError(f"Derivative order m = k + 1 must be 2 or 3, got {m}.")
+    return m
+
+
 def local_sup(family, m: int, lo, hi, *, y=None, nu=None, sigma=None, **params) -> np.ndarray:
     """``sup |f^(m)(eta)|`` over ``eta in [lo_i, hi_i]`` for each row's GLM term.
 
@@ -94,9 +103,7 @@ def local_sup(family, m: int, lo, hi, *, y=None, nu=None, sigma=None, **params) 
     -------
     ndarray of float64, shape (n,)
     """
-    m = int(m)
-    if m not in (2, 3):
-        raise ValueError(f"Derivative order m = k + 1 must be 2 or 3, got {m}.")
+    m = _derivative_order(m)
     lo = np.asarray(lo, dtype=np.float64)
     hi = np.asarray(hi, dtype=np.float64)
     fam = require(family, "interval_bound",
@@ -132,30 +139,20 @@ def local_sup2(family, m: int, eta_lo, eta_hi, s_lo, s_hi, *, y, nu=None,
 
     Parameters
     ----------
-    family : str or GLMFamily
-        One of :data:`TWO_PARAM_FAMILIES`.
-    m : int
-        Derivative order ``k + 1``: 2 or 3.
+    family, m, y, nu, **params
+        As for :func:`local_supd` (``family`` one of :data:`TWO_PARAM_FAMILIES`).
     eta_lo, eta_hi, s_lo, s_hi : array_like, shape (n,)
         The box of each row.
-    y : array_like, shape (n,)
-        Responses.
-    nu : float, optional
-        Student-t degrees of freedom.
     pieces : (int, int), default (1, 1)
         Sub-boxes per row along ``eta`` and along ``s``.
-    **params
-        Fixed parameters of other families.
 
     Returns
     -------
     ndarray of float64, shape (n, m + 1)
     """
-    m = int(m)
-    if m not in (2, 3):
-        raise ValueError(f"Derivative order m = k + 1 must be 2 or 3, got {m}.")
-    eta_lo, eta_hi, s_lo, s_hi = (np.asarray(v, dtype=np.float64)
-                                  for v in (eta_lo, eta_hi, s_lo, s_hi))
+    m = _derivative_order(m)
+    lows = [np.asarray(v, dtype=np.float64) for v in (eta_lo, s_lo)]
+    highs = [np.asarray(v, dtype=np.float64) for v in (eta_hi, s_hi)]
     pe, ps = (int(p) for p in pieces)
     if pe < 1 or ps < 1:
         raise ValueError(f"pieces must be positive integers, got {pieces!r}.")
@@ -163,24 +160,35 @@ def local_sup2(family, m: int, eta_lo, eta_hi, s_lo, s_hi, *, y, nu=None,
                   "local_sup2: unknown family {family!r}; supported: {supported}.")
     if nu is not None:
         params["nu"] = nu
-    G = None
-    for i in range(pe):
-        e0 = eta_lo + (eta_hi - eta_lo) * (i / pe)
-        e1 = eta_hi if i == pe - 1 else eta_lo + (eta_hi - eta_lo) * ((i + 1) / pe)
-        for j in range(ps):
-            s0 = s_lo + (s_hi - s_lo) * (j / ps)
-            s1 = s_hi if j == ps - 1 else s_lo + (s_hi - s_lo) * ((j + 1) / ps)
-            part = _box_sup(fam, m, Interval(e0, e1), Interval(s0, s1), y, params)
-            G = part if G is None else np.maximum(G, part)
-    return G * (1.0 + 1e-9)
-
-
-def _box_sup(fam, m, E, S, y, params):
-    """``max |partial|`` over one box, per row and partial (:func:`local_sup2`)."""
     y = np.asarray(y, dtype=np.float64)
-    parts = fam.box_partials(m, E, S, y, **params)
-    n = np.broadcast(E.lo, S.lo, y).shape
-    return np.column_stack([np.broadcast_to(p.abs_sup(), n) for p in parts])
+    return _subbox_sup(lambda boxes: fam.box_partials(m, *boxes, y, **params), fam.name,
+                       m, lows, highs, y, (pe, ps))
+
+
+def _subbox_sup(partials, name, m, lows, highs, y, pieces) -> np.ndarray:
+    """The suprema of :func:`local_supd` (and :func:`local_sup2`): the box of each row
+    split into ``prod(pieces)`` sub-boxes (``pieces[k]`` equal parts of axis ``k``), the
+    largest over them of the enclosures ``partials(boxes)`` (a list of
+    :class:`~pymc_subsample.kernels.scalable.interval.Interval` per partial, in the order
+    of :func:`multi_indices` ``(m, d)``), times ``1 + 1e-9`` for rounding. ``name``
+    names the family in the error for a wrong number of partials."""
+    d = len(lows)
+    G = None
+    for cell in itertools.product(*(range(p) for p in pieces)):
+        boxes = []
+        for k, (i, p) in enumerate(zip(cell, pieces)):
+            lo, hi = lows[k], highs[k]
+            a = lo + (hi - lo) * (i / p)
+            b = hi if i == p - 1 else lo + (hi - lo) * ((i + 1) / p)
+            boxes.append(Interval(a, b))
+        parts = partials(boxes)
+        n = np.broadcast(*(bx.lo for bx in boxes), y).shape
+        part = np.column_stack([np.broadcast_to(p.abs_sup(), n) for p in parts])
+        if part.shape[1] != len(multi_indices(m, d)):
+            raise ValueError(f"family {name!r} returned {part.shape[1]} partials of order "
+                             f"{m}, expected {len(multi_indices(m, d))}.")
+        G = part if G is None else np.maximum(G, part)
+    return G * (1.0 + 1e-9)
 
 
 def path_constant(G: np.ndarray, a, b) -> np.ndarray:
@@ -282,7 +290,8 @@ def local_supd(family, m: int, lows, highs, *, y, nu=None, pieces=None,
     Parameters
     ----------
     family : str or GLMFamily
-        One of :data:`TWO_PARAM_FAMILIES`.
+        A registered family with partials over a box and ``n_coords = d`` row
+        coordinates (:data:`TWO_PARAM_FAMILIES` for two).
     m : int
         Derivative order ``k + 1``: 2 or 3.
     lows, highs : sequence of d array_like, shape (n,)
@@ -300,9 +309,7 @@ def local_supd(family, m: int, lows, highs, *, y, nu=None, pieces=None,
     -------
     ndarray of float64, shape (n, len(multi_indices(m, d)))
     """
-    m = int(m)
-    if m not in (2, 3):
-        raise ValueError(f"Derivative order m = k + 1 must be 2 or 3, got {m}.")
+    m = _derivative_order(m)
     lows = [np.asarray(v, dtype=np.float64) for v in lows]
     highs = [np.asarray(v, dtype=np.float64) for v in highs]
     d = len(lows)
@@ -320,22 +327,8 @@ def local_supd(family, m: int, lows, highs, *, y, nu=None, pieces=None,
     if nu is not None:
         params["nu"] = nu
     y = np.asarray(y, dtype=np.float64)
-    G = None
-    for cell in itertools.product(*(range(p) for p in pieces)):
-        boxes = []
-        for k, (i, p) in enumerate(zip(cell, pieces)):
-            lo, hi = lows[k], highs[k]
-            a = lo + (hi - lo) * (i / p)
-            b = hi if i == p - 1 else lo + (hi - lo) * ((i + 1) / p)
-            boxes.append(Interval(a, b))
-        parts = fam.box_partials_d(m, boxes, y, **params)
-        n = np.broadcast(*(bx.lo for bx in boxes), y).shape
-        part = np.column_stack([np.broadcast_to(p.abs_sup(), n) for p in parts])
-        if part.shape[1] != len(multi_indices(m, d)):
-            raise ValueError(f"family {fam.name!r} returned {part.shape[1]} partials of order "
-                             f"{m}, expected {len(multi_indices(m, d))}.")
-        G = part if G is None else np.maximum(G, part)
-    return G * (1.0 + 1e-9)
+    return _subbox_sup(lambda boxes: fam.box_partials_d(m, boxes, y, **params), fam.name,
+                       m, lows, highs, y, pieces)
 
 
 def path_constant_d(G: np.ndarray, A) -> np.ndarray:

@@ -18,6 +18,7 @@ from typing import Callable
 
 import numpy as np
 
+from ..acceptance.outcome import AcceptanceOutcome
 from ..sampling.alias import AliasTable
 from ..sampling.inverse_cdf import InverseCDFTable
 from .thinning import poisson_estimator_test, poisson_thinning_test
@@ -26,15 +27,13 @@ __all__ = ["SMHResult", "smh_test"]
 
 
 @dataclass(frozen=True, slots=True)
-class SMHResult:
-    """Outcome of :func:`smh_test`.
+class SMHResult(AcceptanceOutcome):
+    """Outcome of :func:`smh_test`: an
+    :class:`~pymc_subsample.kernels.acceptance.outcome.AcceptanceOutcome` whose
+    ``data_used`` counts ``N`` for the full-data fallback, else the thinning rows, and
 
     Attributes
     ----------
-    accept : bool
-        Whether the proposal is accepted.
-    data_used : int
-        Rows evaluated: ``N`` for the full-data fallback, else the thinning rows.
     poisson_rate : float
         ``phi * Psi``, the expected rows of the thinning test.
     fallback : bool
@@ -50,8 +49,6 @@ class SMHResult:
         factorised test accepts with a probability at most ``min(1, exp(log_ratio))``.
     """
 
-    accept: bool
-    data_used: int
     poisson_rate: float
     fallback: bool
     n_poisson: int = 0

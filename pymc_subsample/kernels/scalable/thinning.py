@@ -153,6 +153,30 @@ def _checked_bound(lam, rows, phi, psi, rtol, atol):
     return bound
 
 
+def _candidate_count(rng, phi, psi_total, table, psi, test: str) -> tuple[float, int]:
+    """``(phi * Psi, K)``, ``K ~ Poisson(phi * Psi)`` the number of candidate rows of both
+    data tests (step 1 of Algorithm 1 of Cornish et al. 2019), after checking the rate
+    and the row table (``test`` names the test in the errors). A zero rate draws
+    nothing from ``rng`` and gives ``K = 0``."""
+    rate = float(phi) * float(psi_total)
+    if not rate > 0.0:
+        if rate == 0.0:
+            return 0.0, 0
+        raise ValueError(
+            f"{test} needs phi * Psi >= 0, got phi={phi!r}, Psi={psi_total!r}."
+        )
+    if rate == math.inf:
+        raise ValueError(
+            f"{test}: the rate phi * Psi is infinite; use the truncated test "
+            "(smh_test falls back to full-data MH for large rates)."
+        )
+    if table is None:
+        raise ValueError(f"{test} needs a row table when phi * Psi > 0.")
+    if table.n != len(psi):
+        raise ValueError(f"the row table has {table.n} rows but psi has {len(psi)}.")
+    return rate, int(rng.poisson(rate))
+
+
 def poisson_thinning_test(
     rng: np.random.Generator,
     phi: float,
@@ -225,23 +249,7 @@ def poisson_thinning_test(
     :class:`~pymc_subsample.kernels.sampling.inverse_cdf.InverseCDFTable`). Expected rows evaluated: at most
     ``phi * Psi``.
     """
-    rate = float(phi) * float(psi_total)
-    if not rate > 0.0:
-        if rate == 0.0:
-            return ThinningResult(True, 0, 0, 0.0)
-        raise ValueError(
-            f"Poisson thinning needs phi * Psi >= 0, got phi={phi!r}, Psi={psi_total!r}."
-        )
-    if rate == math.inf:
-        raise ValueError(
-            "Poisson thinning rate phi * Psi is infinite; use the truncated test "
-            "(smh_test falls back to full-data MH for large rates)."
-        )
-    if table is None:
-        raise ValueError("Poisson thinning needs a row table when phi * Psi > 0.")
-    if table.n != len(psi):
-        raise ValueError(f"the row table has {table.n} rows but psi has {len(psi)}.")
-    k_total = int(rng.poisson(rate))
+    rate, k_total = _candidate_count(rng, phi, psi_total, table, psi, "Poisson thinning")
     if k_total == 0:
         return ThinningResult(True, 0, 0, rate)
 
@@ -314,15 +322,7 @@ def poisson_estimator_test(
     -------
     ThinningResult
     """
-    rate = float(phi) * float(psi_total)
-    if rate == 0.0:
-        return ThinningResult(True, 0, 0, 0.0)
-    if not (rate > 0.0 and rate < math.inf) or table is None:
-        raise ValueError(
-            f"the Poisson estimator needs 0 <= phi * Psi < inf and a row table, got "
-            f"phi={phi!r}, Psi={psi_total!r}."
-        )
-    k_total = int(rng.poisson(rate))
+    rate, k_total = _candidate_count(rng, phi, psi_total, table, psi, "the Poisson estimator")
     if k_total == 0:
         return ThinningResult(True, 0, 0, rate)
     rows = table.sample(rng, k_total)

@@ -227,6 +227,15 @@ def test_worst_case_design_satisfies_bound_and_is_optimal():
     assert not d3.feasible and d3.epsilon == 0.0 and d3.expected_data_use == 1.0
 
 
+def test_designs_compare_and_hash_by_their_choice():
+    n = 10_000
+    kw = dict(max_error=0.3, batch_sizes=[500, 1000], epsilons=[0.01, 0.05, 0.1])
+    d, again = design_austerity_test(n, **kw), design_austerity_test(n, **kw)
+    assert d is not again and d == again and hash(d) == hash(again)
+    assert d != design_austerity_test(n, max_error=1e-4, batch_sizes=[500], epsilons=[0.1])
+    assert "error_grid" not in repr(d)
+
+
 def test_worst_case_design_bound_holds_in_simulation():
     n = 10_000
     d = design_austerity_test(n, max_error=0.3, batch_sizes=[500, 1000], epsilons=[0.01, 0.05, 0.1])

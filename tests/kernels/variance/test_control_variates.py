@@ -3,6 +3,7 @@ search, and the behaviour of AustereMH / BarkerMinibatch / ScalableMH built on t
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import subprocess
 import sys
@@ -281,7 +282,7 @@ class _AcceptAll(pms.AustereMH):
 
     def _run_test(self, terms_fn, log_ratio_o1, exact_sum):
         res, stats = super()._run_test(terms_fn, log_ratio_o1, exact_sum)
-        return res.__class__(**{**{f: getattr(res, f) for f in res.__slots__}, "accept": True}), stats
+        return dataclasses.replace(res, accept=True), stats
 
 
 def test_audit_catches_a_broken_sampler(logit_small):
