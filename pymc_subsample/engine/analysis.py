@@ -28,6 +28,14 @@ try:  # PyTensor >= 2.31 moved graph traversal helpers
     from pytensor.graph.traversal import ancestors, graph_inputs
 except ImportError:  # pragma: no cover - older PyTensor
     from pytensor.graph.basic import ancestors, graph_inputs
+from pytensor.tensor.subtensor import AdvancedSubtensor  # noqa: E402
+
+try:  # PyTensor < 3 gathers a vector by one index array with its own op
+    from pytensor.tensor.subtensor import AdvancedSubtensor1
+    #: the ops that gather a vector by an index array (``a[g]``)
+    GATHERS = (AdvancedSubtensor1, AdvancedSubtensor)
+except ImportError:  # PyTensor 3: AdvancedSubtensor only
+    GATHERS = (AdvancedSubtensor,)
 
 __all__ = ["ModelNotSupportedError", "InvalidDataError", "RowData", "ModelRows",
            "analyse_model", "check_factorises", "RowScan", "data_fingerprint"]
@@ -480,13 +488,6 @@ def _gathered_length(x, point):
 def _check_gather_indices(model, ll_terms, rows, point):
     """Refuse row data used as indices (``a[g]``) with values outside the gathered
     vector: PyTensor's ``IndexError`` from deep in a compiled graph named neither."""
-    from pytensor.tensor.subtensor import AdvancedSubtensor
-
-    try:  # PyTensor < 3 gathers a vector by one index array with its own op
-        from pytensor.tensor.subtensor import AdvancedSubtensor1
-        gathers = (AdvancedSubtensor1, AdvancedSubtensor)
-    except ImportError:  # PyTensor 3: AdvancedSubtensor only
-        gathers = (AdvancedSubtensor,)
     try:  # PyTensor >= 2.31 moved graph traversal helpers
         from pytensor.graph.traversal import io_toposort
     except ImportError:  # pragma: no cover
@@ -495,7 +496,7 @@ def _check_gather_indices(model, ll_terms, rows, point):
     by_var = {r.variable: r for r in rows}
     terms = [t for _, t in ll_terms]
     for node in io_toposort(list(graph_inputs(terms)), terms):
-        if not isinstance(node.op, gathers) or len(node.inputs) < 2:
+        if not isinstance(node.op, GATHERS) or len(node.inputs) < 2:
             continue
         x, idx = node.inputs[0], node.inputs[1]
         row = by_var.get(through_casts(idx))

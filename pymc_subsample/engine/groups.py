@@ -40,14 +40,7 @@ import numpy as np
 import pytensor
 import pytensor.tensor as pt
 from pytensor.graph.replace import clone_replace
-from pytensor.tensor.subtensor import AdvancedSubtensor
-
-try:  # PyTensor < 3 gathers a vector by one index array with its own op
-    from pytensor.tensor.subtensor import AdvancedSubtensor1
-    _GATHERS = (AdvancedSubtensor1, AdvancedSubtensor)
-except ImportError:  # PyTensor 3: AdvancedSubtensor only
-    _GATHERS = (AdvancedSubtensor,)
-
+from .analysis import GATHERS as _GATHERS
 from .batch_graph import lift_gathers
 
 try:  # PyTensor >= 2.31 moved graph traversal helpers
