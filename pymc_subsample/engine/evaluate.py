@@ -174,11 +174,6 @@ def _sum_hessian(g):
     return [g.q], [g.loglik.sum(), d, jacobian(d, g.q, vectorize=False)]
 
 
-def _rows_hessian(g):
-    jac = rows_jacobian(g.loglik, g.q)  # (n, d)
-    return [g.q], [g.loglik, jac, rows_jacobian(jac, g.q)]  # (n, d, d)
-
-
 def _taylor(order):
     """Taylor control variates about a centre ``c`` (kernels.variance.control_variates): the plain
     differences ``l_i = ll_i(q') - ll_i(q)``, the first-order terms ``grad ll_i(c) . u``
@@ -227,8 +222,6 @@ FUNCTIONS = {
                            per_row=True, empty=lambda d: (np.empty(0), np.empty((0, d)))),
     "row_grad_pair": Evaluation(_row_grad_pair, per_row=True,
                                 empty=lambda d: (np.empty((0, d)), np.empty((0, d)))),
-    "row_hess": Evaluation(_rows_hessian, per_row=True,
-                           empty=lambda d: (np.empty(0), np.empty((0, d)), np.empty((0, d, d)))),
 }
 
 
@@ -502,8 +495,24 @@ class BatchFunctions:
         return self._on_rows("row_grad_pair", [q, center], rows)
 
     def loglik_rows_hessian(self, q, rows, *, chunk: int = 32):
-        """Per-row log-likelihood, gradients ``(n, ndim)`` and Hessians ``(n, ndim, ndim)``."""
-        return self._on_row_chunks("row_hess", q, rows, chunk)
+        """Per-row log-likelihood, gradients ``(n, ndim)`` and Hessians ``(n, ndim, ndim)``.
+
+        Each row's Hessian is the reverse-mode Hessian of a one-row batch (``sum_hess``),
+        one call per row. (A second forward derivative vectorised over the rows gives the
+        same numbers but takes minutes to build for many likelihoods: a bounded
+        transform, a mixture, an ``MvNormal`` per row.) For reference computations and
+        diagnostics; the sampling loop never needs per-row Hessians. ``chunk`` is the
+        number of rows per call of the gradients.
+        """
+        rows = np.asarray(rows, dtype=np.int64)
+        vals, grads = self.loglik_rows_grad(q, rows, chunk=max(int(chunk), 1))
+        hess = np.empty((rows.size, self.ndim, self.ndim))
+        if rows.size:
+            f = self._fn("sum_hess")
+            (qv,) = _points([q])
+            for k in range(rows.size):
+                hess[k] = f(qv, *self.gather(rows[k : k + 1]))[2]
+        return vals, grads, hess
 
     def full_loglik(self, q, *, chunk: int = _DEFAULT_CHUNK) -> float:
         """Sum of all N rows' log-likelihood, in chunks (bounded memory)."""
