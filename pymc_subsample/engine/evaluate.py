@@ -505,13 +505,10 @@ class BatchFunctions:
         number of rows per call of the gradients.
         """
         rows = np.asarray(rows, dtype=np.int64)
-        vals, grads = self.loglik_rows_grad(q, rows, chunk=max(int(chunk), 1))
+        vals, grads = self.loglik_rows_grad(q, rows, chunk=chunk)
         hess = np.empty((rows.size, self.ndim, self.ndim))
-        if rows.size:
-            f = self._fn("sum_hess")
-            (qv,) = _points([q])
-            for k in range(rows.size):
-                hess[k] = f(qv, *self.gather(rows[k : k + 1]))[2]
+        for k in range(rows.size):
+            hess[k] = self.loglik_hessian(q, rows[k : k + 1])[2]
         return vals, grads, hess
 
     def full_loglik(self, q, *, chunk: int = _DEFAULT_CHUNK) -> float:
