@@ -50,6 +50,7 @@ def _gaussian_product_se(rng, draws, T, reps=40):
     return np.std(means, axis=0, ddof=1)
 
 
+@pytest.mark.numerics
 def test_consensus_weighting_is_exact_on_gaussian_shards():
     """Inverse-covariance weighting recovers the product of Gaussian shards within Monte
     Carlo error. Verified by hand to fail with ``weights="identity"`` (the unweighted
@@ -69,6 +70,7 @@ def test_consensus_weighting_is_exact_on_gaussian_shards():
         np.abs(bad.std(0) / sd - 1) > 4 / np.sqrt(2 * T))
 
 
+@pytest.mark.numerics
 def test_gaussian_product_moments():
     rng = np.random.default_rng(1)
     draws, mean, cov = _gaussian_shards(rng, T=20000)
@@ -102,6 +104,7 @@ def _grid_moments(shards, h, nonparametric, n=301, width=7.0):
     return mean, p @ (g - mean) ** 2
 
 
+@pytest.mark.numerics
 @pytest.mark.parametrize("nonparametric", [False, True])
 def test_density_product_sampler_matches_its_estimator(nonparametric):
     """Brute force: with S = 2 skewed shards of T = 25 draws in d = 2 and a fixed
@@ -125,6 +128,7 @@ def test_density_product_sampler_matches_its_estimator(nonparametric):
         assert abs(x.std() - np.sqrt(var[j])) < 4.5 * mcse_sd(x), (j, x.std(), var[j])
 
 
+@pytest.mark.numerics
 @pytest.mark.parametrize("d, T", [(3, 4000), (10, 2000)])
 def test_semiparametric_on_gaussian_shards(d, T):
     """On exact Gaussian shards the semiparametric product is as good as the parametric
@@ -151,6 +155,7 @@ def test_semiparametric_on_gaussian_shards(d, T):
         assert abs(x.std() - np.sqrt(c_fit[j, j])) < 4.5 * mcse_sd(x), (j, x.std())
 
 
+@pytest.mark.numerics
 def test_nonparametric_on_gaussian_shards_matches_the_smoothed_product():
     """The nonparametric product of Gaussian shards is (in expectation over the draws)
     the product of the kernel-smoothed fits N(m_s, (1 + h_s^2) Sigma_s), an exact answer
@@ -179,6 +184,7 @@ def _gamma_shards(rng, T=4000):
     return draws, stats.gamma((a - 1).sum() + 1, scale=1.0 / b.sum())
 
 
+@pytest.mark.numerics
 def test_semiparametric_beats_consensus_on_a_skewed_product():
     """On skewed shards the consensus average is biased (its draws' mean is about 0.9
     product sd too high); the semiparametric product, with its cross-validated
@@ -203,6 +209,7 @@ def test_semiparametric_beats_consensus_on_a_skewed_product():
     assert err_s < err_c / 5 and ks_s < ks_c / 5, (err_c, err_s, ks_c, ks_s)
 
 
+@pytest.mark.numerics
 def test_combiners_use_only_their_rng():
     rng = np.random.default_rng(4)
     draws, _, _ = _gaussian_shards(rng, T=300)
@@ -213,6 +220,7 @@ def test_combiners_use_only_their_rng():
         combine.semiparametric_product(draws, rng=9)
 
 
+@pytest.mark.numerics
 def test_combiners_reject_bad_input():
     rng = np.random.default_rng(5)
     good = [rng.normal(size=(50, 2)) for _ in range(3)]

@@ -166,7 +166,9 @@ def test_censored_likelihood_is_recognised(problem):
     assert 0.2 < problem.at_lower.mean() < 0.45 and 0.1 < problem.at_upper.mean() < 0.4
 
 
-@pytest.mark.parametrize("order", [2, 1])
+# order 1 on PyMC 5 only: the same compiled remainders as order 2, which runs on both,
+# against another NumPy constant (see pyproject's "numerics" marker)
+@pytest.mark.parametrize("order", [2, pytest.param(1, marks=pytest.mark.numerics)])
 def test_bounds_hold_on_every_row(problem, order):
     step = problem.step(order)
     worst = _check_bounds(problem, step, np.random.default_rng(41 + order))

@@ -114,7 +114,9 @@ def test_family_is_recognised_with_the_path_bound(problem):
     assert step.bound_form == "whitened" and step.region == pytest.approx(2.0 + 4.0)
 
 
-@pytest.mark.parametrize("order", [2, 1])
+# order 1 on PyMC 5 only: the same compiled remainders as order 2, which runs on both,
+# against another NumPy constant (see pyproject's "numerics" marker)
+@pytest.mark.parametrize("order", [2, pytest.param(1, marks=pytest.mark.numerics)])
 def test_bounds_hold_on_every_row(problem, order):
     step = problem.step(order)
     worst = _check_step_bounds(step, np.random.default_rng(31 + order), scales=(0.5, 1.0, 2.0))

@@ -209,7 +209,9 @@ def test_psi_is_the_sum_of_the_variables_constants(problem):
     assert np.all(parts[0] > 0) and np.all(parts[1] > 0)
 
 
-@pytest.mark.parametrize("order", [2, 1])
+# order 1 on PyMC 5 only: the same compiled remainders as order 2, which runs on both,
+# against another NumPy constant (see pyproject's "numerics" marker)
+@pytest.mark.parametrize("order", [2, pytest.param(1, marks=pytest.mark.numerics)])
 def test_bounds_hold_on_every_row(problem, order):
     step = problem.step(order)
     checked, broken, worst = _violations(step, step.psi, np.random.default_rng(40 + order))

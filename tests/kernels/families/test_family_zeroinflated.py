@@ -132,6 +132,7 @@ def _box_grid_max(autodiff, m, eta, r, y, we, wr, k=15):
     return worst
 
 
+@pytest.mark.numerics
 @pytest.mark.parametrize("m", [2, 3])
 def test_box_suprema_bound_a_dense_grid_and_are_tight_on_narrow_boxes(kind, m):
     _, autodiff, _, free, params = kind
@@ -170,6 +171,7 @@ def _interval_grid_max(autodiff, m, lo, hi, r, y, k=801):
     return worst
 
 
+@pytest.mark.numerics
 @pytest.mark.parametrize("m", [2, 3])
 @pytest.mark.parametrize("psi", PSIS)
 def test_local_sup_bounds_a_dense_grid(kind, m, psi):

@@ -193,6 +193,7 @@ def _box_grid_max(autodiff, m, eta, s, y, r, we, ws, k=15):
     return worst
 
 
+@pytest.mark.numerics
 @pytest.mark.parametrize("m", [2, 3])
 @pytest.mark.parametrize("psi", PSIS)
 def test_box_suprema_bound_a_dense_grid_and_are_tight_on_narrow_boxes(autodiff, m, psi):
