@@ -74,6 +74,26 @@ def test_check_factorises_catches_a_normaliser_only_away_from_the_initial_point(
         check_factorises(loglik, n, np.zeros(3), ["y"])
 
 
+def test_rows_not_finite_at_a_far_point_do_not_count_as_dependence():
+    """A row whose term is -inf in one batch and NaN in another at a far point (as
+    Bambi's NegativeBinomial, ``p = alpha / (mu + alpha)``, gives) is not evidence that
+    rows depend on each other; finite terms that differ, or a term finite in one batch
+    only, still are."""
+    from pymc_subsample.engine.analysis import _same_terms
+
+    assert _same_terms([-np.inf, np.nan, 1.0], [np.nan, -np.inf, 1.0])
+    assert not _same_terms([-np.inf, 1.0], [0.0, 1.0])
+    assert not _same_terms([1.0, 2.0], [1.0, 2.0 + 1e-6])
+    n = 300
+
+    def loglik(q, rows):  # odd rows are -inf alone and NaN in a batch
+        out = -np.abs(q[0]) * np.ones(len(rows))
+        out[rows % 2 == 1] = -np.inf if len(rows) == 1 else np.nan
+        return out
+
+    check_factorises(loglik, n, np.zeros(1), ["y"])
+
+
 def test_the_pass_over_all_rows_catches_a_normaliser_saturated_in_every_small_batch():
     """A term that depends on the batch only once the batch has many rows (here: more
     than 1,000) passes every small-batch comparison; the set-up pass compares a few

@@ -607,7 +607,16 @@ def check_factorises(loglik, n_rows, q0, observed_names):
 
 
 def _same_terms(a, b) -> bool:
-    return bool(np.allclose(a, b, rtol=1e-8, atol=1e-10, equal_nan=True))
+    """Whether two evaluations of the same rows' terms agree: equal to rounding where
+    both are finite, and non-finite at the same rows. A row that is not finite at a far
+    point (``-inf`` in one batch, NaN in another: a NegativeBinomial's ``p = alpha /
+    (mu + alpha)`` at ``alpha`` far out, as Bambi writes it) tells nothing about the
+    rows' dependence on each other."""
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    fa, fb = np.isfinite(a), np.isfinite(b)
+    if a.shape != b.shape or not np.array_equal(fa, fb):
+        return False
+    return bool(np.allclose(a[fa], b[fb], rtol=1e-8, atol=1e-10))
 
 
 class RowScan:

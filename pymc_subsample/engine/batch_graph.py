@@ -317,6 +317,20 @@ class BatchGraph:
         self._carries[batch] = label
         return row
 
+    def _map_if_row_constant(self, var) -> None:
+        """Map a constant with ``N`` rows that are all the same (a column of ones: the
+        intercept column Bambi multiplies a group effect by, ``a[g] * 1``) and that no row
+        data hold to its first row broadcast over the batch: exact for any batch, and
+        nothing of length ``N`` is left in the batch graph (PyMC's logp rewrites drop such
+        a column from the likelihood, so no row data carry it; compiled over a batch, the
+        model's expression would otherwise assert the old length)."""
+        data = np.asarray(var.data)
+        if data.shape[0] < 2 or not np.all(data == data[:1]):
+            return
+        n_batch = self.rows[0].batch_input.shape[0]
+        first = pt.as_tensor_variable(data[0])
+        self.mapping[var] = pt.alloc(first, n_batch, *data.shape[1:])
+
     def row_variables(self, outputs) -> set:
         """The row-indexed data among the graph inputs of ``outputs``.
 
@@ -343,6 +357,8 @@ class BatchGraph:
                     self.mapping[var] = r.batch_input.reshape(
                         (r.batch_input.shape[0], *np.shape(var.data)[1:]))
                     break
+            else:
+                self._map_if_row_constant(var)
         # data expressions of constants (``X[:, :4]``), folded by PyMC in the likelihood
         self.fold_constants(list(outputs))
         found = {v for v in graph_inputs(list(outputs)) if v in self.mapping}

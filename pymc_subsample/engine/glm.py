@@ -140,14 +140,67 @@ def _is_fixed(var, model):
 
 
 # ----------------------------------------------------------------- link readers
+def _is_scalar_op(node, kind) -> bool:
+    """Whether ``node`` is an elementwise op of scalar op type ``kind``."""
+    return (node is not None and isinstance(node.op, Elemwise)
+            and isinstance(node.op.scalar_op, kind))
+
+
+def _constant_value(x):
+    """The value of a constant expression ``x`` (one number, possibly expanded), or
+    None."""
+    if not all(isinstance(v, pt.TensorConstant) for v in graph_inputs([x])):
+        return None
+    try:
+        value = np.asarray(x.eval(), dtype=np.float64)
+    except Exception:  # noqa: BLE001 - not a constant we can read: not the pattern
+        return None
+    if value.size == 0 or not np.all(value == value.reshape(-1)[0]):
+        return None
+    return float(value.reshape(-1)[0])
+
+
+def _unguarded(p):
+    """``p`` without the wrappers a model builder puts around a link's output, which do
+    not change it where it is not exactly 0 or 1: a ``pm.Deterministic``'s ``ViewOp``,
+    and guards ``switch(eq(x, c), k, x)`` with ``c`` 0 or 1 and the constant ``k``
+    within ``1e-6`` of ``c`` (Bambi's clipping of a Bernoulli's ``p = sigmoid(eta)``
+    away from 0 and 1 by machine epsilon). Under such a guard ``sigmoid(eta)`` differs
+    from the guarded value only where it rounds to 1, ``eta > 36.7``, where the
+    guarded value's ``log(1 - p)`` is ``log(eps) = -36.04`` and the logit link's is
+    ``-eta``: the steps read the guard as the link it guards."""
+    from pytensor.compile.ops import ViewOp
+
+    for _ in range(16):
+        node = p.owner
+        if node is None:
+            return p
+        if isinstance(node.op, ViewOp):
+            p = node.inputs[0]
+            continue
+        if _is_scalar_op(node, ps.Switch):
+            cond, then, other = node.inputs
+            cnode = cond.owner
+            if _is_scalar_op(cnode, ps.EQ):
+                x, c = cnode.inputs
+                c_val, k_val = _constant_value(c), _constant_value(then)
+                if (x is other and c_val in (0.0, 1.0) and k_val is not None
+                        and abs(k_val - c_val) <= 1e-6):
+                    p = other
+                    continue
+        return p
+    return p
+
+
 def _identity_link(params, family):
     """``eta`` is the parameter itself (a location)."""
     return params[family.link_param]
 
 
 def _logit_link(params, family):
-    """``p = sigmoid(eta)`` (``logit_p=eta`` or ``p=pm.math.invlogit(eta)``)."""
-    p = params[family.link_param]
+    """``p = sigmoid(eta)`` (``logit_p=eta``, ``p=pm.math.invlogit(eta)`` or
+    ``pm.math.sigmoid(eta)``, possibly under the guards of :func:`_unguarded`)."""
+    p = _unguarded(params[family.link_param])
     if p.owner is not None and isinstance(p.owner.op, Elemwise) and p.owner.op == _SIGMOID:
         return p.owner.inputs[0]
     return None
@@ -155,12 +208,12 @@ def _logit_link(params, family):
 
 def _probit_link(params, family):
     """``p = Phi(eta)`` (:func:`_probit_predictor`)."""
-    return _probit_predictor(params[family.link_param])
+    return _probit_predictor(_unguarded(params[family.link_param]))
 
 
 def _log_link(params, family):
-    """``mu = exp(eta)``."""
-    mu = params[family.link_param]
+    """``mu = exp(eta)`` (under a ``pm.Deterministic``: :func:`_unguarded`)."""
+    mu = _unguarded(params[family.link_param])
     if mu.owner is None or not (
         isinstance(mu.owner.op, Elemwise) and isinstance(mu.owner.op.scalar_op, ps.Exp)
     ):
