@@ -10,7 +10,6 @@ from pymc.exceptions import SamplingError
 from pymc.stats.convergence import WarningType
 
 from ..kernels._validation import InvalidParameterError, check_batch_size
-from ..kernels.variance.gradient_estimators import largest_eigenvalue
 from ..kernels.sgld import Schedule, gaussian_variance_inflation, langevin_update, noise_ratio
 from . import setup, sgld_checks, sgld_setup
 from .base import SubsampleStep
@@ -153,7 +152,9 @@ class SGLD(SubsampleStep):
     ``steps_per_draw x batch_size``, 10 x 100 = 1,000 with the defaults),
     ``n_batches``, ``step_size`` (the largest ``h`` of the draw's transitions;
     ``scaling``: the next transition's), ``noise_ratio`` (the largest of the draw's
-    transitions; NaN when all of them diverged) and ``warning``; settings
+    transitions; NaN when all of them diverged; beyond 256 parameters the noise estimate
+    is refreshed every ``ceil(d / 256)`` transitions, see
+    :class:`~pymc_subsample.kernels.sgld.NoiseAverage`) and ``warning``; settings
     ``setting_batch_size``, ``setting_step_size`` (``h`` at the start) and
     ``setting_steps_per_draw``.
     """
@@ -322,8 +323,12 @@ class SGLD(SubsampleStep):
         if what is not None:
             return self._diverged(q, h, stats, what)
         self._oracle.update(q)
-        cov = chain.noise.add(self._oracle.last.whitened_covariance(self._factor))
-        ratio = noise_ratio(h, largest_eigenvalue(cov)) * self.loglik_weight**2
+        noise = chain.noise
+        fold = noise.due(self.ndim)  # every transition up to NoiseAverage.EXACT_DIM
+        if fold:
+            noise.add(self._oracle.last.whitened_covariance(self._factor))
+            noise.largest()
+        ratio = noise_ratio(h, noise.top) * self.loglik_weight**2
         stats.update(accepted=1.0, accept=1.0, noise_ratio=ratio, diverging=False)
         if not self.tune:
             chain.t += 1
