@@ -177,7 +177,40 @@ def _full_shape(var) -> tuple[int, ...]:
     return tuple(np.shape(var.get_value(borrow=True)))
 
 
+#: distributions whose support has bounds among their parameters: ``{op class name:
+#: positions of the bounds in dist_params}``
+_BOUNDED_SUPPORT = {"UniformRV": (0, 1), "DiscreteUniformRV": (0, 1), "ParetoRV": (1,),
+                    "TriangularRV": (0, 2), "TruncatedNormalRV": (2, 3),
+                    "TruncatedRV": (-2, -1)}
+
+
+def _check_support_bounds(model):
+    """Refuse a likelihood whose support depends on a sampled variable (``y ~
+    Uniform(0, theta)``): the rows that bound it are seen only when a batch draws them,
+    so a move past the bound is accepted on the other rows' evidence."""
+    free = set(model.free_RVs)
+    for rv in model.observed_RVs:
+        op = rv.owner.op
+        where = _BOUNDED_SUPPORT.get(type(op).__name__)
+        if where is None or not hasattr(op, "dist_params"):
+            continue
+        params = op.dist_params(rv.owner)
+        names = sorted({a.name for i in where for a in ancestors([params[i]]) if a in free})
+        if names:
+            raise ModelNotSupportedError(
+                f"Observed variable '{rv.name}' ({type(op).__name__[:-2]}) has a support "
+                f"bound that depends on {', '.join(repr(n) for n in names)}: a row's "
+                "log-likelihood is -inf once the bound passes it, and a batch that misses "
+                "the bounding rows (for Uniform(0, theta), the largest) accepts such a "
+                "move, so the draws would leave the support. The subsampling steps cannot "
+                "sample it; use pm.sample() on the full data, or write the likelihood "
+                "through its sufficient statistic (for Uniform(0, theta): N log theta "
+                "and theta > max(y), a pm.Potential)."
+            )
+
+
 def _check_observed(model):
+    _check_support_bounds(model)
     if not model.observed_RVs:
         raise ModelNotSupportedError(
             "The model has no observed variables: there are no data rows to subsample. "
@@ -237,6 +270,13 @@ def _find_rows(model, row_dim):
             f"Observed variable '{next(iter(lengths))}' has 0 rows: there is nothing to "
             "subsample. Build the model on the data (check the filter or the file that "
             "produced the arrays)."
+        )
+    if n_rows == 1:
+        raise ModelNotSupportedError(
+            f"Observed variable '{next(iter(lengths))}' has 1 row: a batch of it is the "
+            "whole data set, and a one-row axis cannot be told from a broadcast one. "
+            "The subsampling steps are for tall data; sample this model with pm.sample() "
+            "(NUTS)."
         )
     if row_dim is None and len(dims_seen) == 1:
         row_dim = next(iter(dims_seen))
@@ -523,6 +563,10 @@ def _check_gather_indices(model, ll_terms, rows, point):
             "pandas.factorize) or give the effects one entry per group.")
 
 
+#: below this many rows a free vector as long as the data may be a coefficient vector
+_FEW_ROWS = 10_000
+
+
 def _check_no_row_latents(model, ll_terms, point, n, row_dim):
     used = set(ancestors([t for _, t in ll_terms]))
     for v in model.value_vars:
@@ -531,11 +575,15 @@ def _check_no_row_latents(model, ll_terms, point, n, row_dim):
             dims = model.named_vars_to_dims.get(model.values_to_rvs[v].name)
             if dims and row_dim is not None and dims[0] != row_dim:
                 continue
+            name = model.values_to_rvs[v].name
+            few = (f" If '{name}' is not per row but has {n} values as the data have {n} "
+                   "rows, the data are too few to subsample: sample the model with "
+                   "pm.sample() (NUTS).") if n < _FEW_ROWS else ""
             raise ModelNotSupportedError(
-                f"Free variable '{model.values_to_rvs[v].name}' has one value per data row "
+                f"Free variable '{name}' has one value per data row "
                 f"(shape {val.shape}): a per-row latent variable makes every step O(N) "
                 "(its prior has N terms). Subsampling steps need a parameter vector whose "
-                "size does not grow with the data; integrate the latent variable out."
+                "size does not grow with the data; integrate the latent variable out." + few
             )
 
 

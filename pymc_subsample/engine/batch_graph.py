@@ -153,7 +153,10 @@ def _row_indexing_error(data_label, node, extra="") -> ModelNotSupportedError:
         "by a batch of rows, so a row selection inside the model would select rows of the "
         "batch, not of the data. Select the rows before building the model (in NumPy: "
         "X = X[:1000] or X[::2], then pass X or pm.Data('X', X)); selections of columns "
-        "such as X[:, :4], X[:, [0, 2, 5]] or X[:, 1] are fine."
+        "such as X[:, :4], X[:, [0, 2, 5]] or X[:, 1] are fine. A fixed reordering "
+        "(eta[perm] observed as y[perm], or reversed rows) is not needed either: the "
+        "likelihood does not depend on the rows' order, so leave it out, or reorder "
+        "the arrays in NumPy (X[perm], y[perm]) before building the model."
     )
 
 

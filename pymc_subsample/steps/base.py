@@ -17,6 +17,7 @@ importance weights) in :mod:`pymc_subsample.steps.setup`.
 from __future__ import annotations
 
 import math
+import threading
 from abc import abstractmethod
 
 import numpy as np
@@ -247,7 +248,26 @@ class SubsampleStep(DataGuard, WatchedChain, ChainState, ArrayStepShared):
         jittered initialisation, this changes only where warm-up starts (tuning draws are
         discarded); the kernel is unchanged. Without tuning the chain starts where PyMC
         puts it.
+
+        A step holds the state of the one chain it draws: two threads drawing with the
+        same step object at once get a clear error instead of crossed state.
         """
+        me, other = threading.get_ident(), self.__dict__.get("_drawing_thread")
+        if other is not None and other != me:
+            raise RuntimeError(
+                f"This {type(self).__name__} step is drawing in another thread: a step "
+                "holds the state of the one chain it draws (its rows, tuning, running "
+                "checks). Build one step per concurrent pm.sample call (or sample the "
+                "chains in one call: pm.sample(chains=..., cores=...) copies the step per "
+                "chain)."
+            )
+        self._drawing_thread = me
+        try:
+            return self._draw(q0)
+        finally:
+            self._drawing_thread = None
+
+    def _draw(self, q0: RaveledVars):
         if self._data_files is not None:
             self._data_files.check_stat()  # files unchanged? (os.stat, before rows are read)
         q = q0.data
