@@ -134,6 +134,7 @@ def analyse_model(model, shared, point, row_dim=None) -> ModelRows:
     prior = _prior_terms(model, _data_candidates(model, n_rows, shared))
     rows = _find_row_data(model, ll_terms, n_rows, row_dim, shared)
     _check_gather_indices(model, ll_terms, rows, point)
+    _check_row_selection(model, rows, n_rows, point)
     _check_no_row_latents(model, ll_terms, point, n_rows, row_dim)
     return ModelRows(row_dim, n_rows, rows, ll_terms, prior)
 
@@ -507,6 +508,39 @@ def _index_range(arr, chunk: int = 1 << 20):
             lo = int(part.min()) if lo is None else min(lo, int(part.min()))
             hi = int(part.max()) if hi is None else max(hi, int(part.max()))
     return lo, hi
+
+
+def _check_row_selection(model, rows, n_rows, point):
+    """Refuse a selection or reordering of the data rows inside the likelihood
+    (``eta[perm]``, ``eta[::-1]``, ``eta[:1000]``), read from the observed variables'
+    graphs as written: PyMC 6 folds ``(b * x)[perm]`` into ``b * x[perm]`` in the
+    log-likelihood, while the predictor readers see the graph as written, with the
+    whole data's rows against a batch's."""
+    from .batch_graph import _data_label, _row_indexing_error, first_axis_index
+
+    try:  # PyTensor >= 2.31 moved graph traversal helpers
+        from pytensor.graph.traversal import io_toposort
+    except ImportError:  # pragma: no cover
+        from pytensor.graph.basic import io_toposort
+
+    row_vars = {r.variable for r in rows}
+    params = [i for rv in model.observed_RVs for i in rv.owner.inputs]
+    for node in io_toposort(list(graph_inputs(params)), params):
+        if first_axis_index(node) != "index":
+            continue
+        x = node.inputs[0]
+        if len(node.inputs) > 1 and through_casts(node.inputs[1]) in row_vars:
+            continue  # a gather by row data (a[g]): _check_gather_indices
+        data = [v for v in graph_inputs([x]) if isinstance(v, (Constant, SharedVariable))
+                and _first_dim(v) == n_rows]
+        if data and _gathered_length(x, point) == n_rows:
+            raise _row_indexing_error(", ".join(_data_label(v) for v in data), node)
+
+
+def _first_dim(v):
+    value = v.data if isinstance(v, Constant) else v.get_value(borrow=True)
+    shape = np.shape(value)
+    return shape[0] if shape else None
 
 
 def _gathered_length(x, point):
