@@ -17,7 +17,6 @@ importance weights) in :mod:`pymc_subsample.steps.setup`.
 from __future__ import annotations
 
 import math
-import threading
 from abc import abstractmethod
 
 import numpy as np
@@ -42,6 +41,7 @@ from .state import (
     SETTING_PREFIX,
     ChainState,
     SubsampleStepState,
+    one_thread,
     setting_stats,
     summarise,
 )
@@ -247,25 +247,10 @@ class SubsampleStep(DataGuard, WatchedChain, ChainState, ArrayStepShared):
         the distance from the centre) make every test read many rows. Like NUTS's
         jittered initialisation, this changes only where warm-up starts (tuning draws are
         discarded); the kernel is unchanged. Without tuning the chain starts where PyMC
-        puts it.
-
-        A step holds the state of the one chain it draws: two threads drawing with the
-        same step object at once get a clear error instead of crossed state.
+        puts it. One thread at a time (:func:`~pymc_subsample.steps.state.one_thread`).
         """
-        me, other = threading.get_ident(), self.__dict__.get("_drawing_thread")
-        if other is not None and other != me:
-            raise RuntimeError(
-                f"This {type(self).__name__} step is drawing in another thread: a step "
-                "holds the state of the one chain it draws (its rows, tuning, running "
-                "checks). Build one step per concurrent pm.sample call (or sample the "
-                "chains in one call: pm.sample(chains=..., cores=...) copies the step per "
-                "chain)."
-            )
-        self._drawing_thread = me
-        try:
+        with one_thread(self):
             return self._draw(q0)
-        finally:
-            self._drawing_thread = None
 
     def _draw(self, q0: RaveledVars):
         if self._data_files is not None:

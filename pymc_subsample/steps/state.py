@@ -5,6 +5,7 @@ The layer under :class:`~pymc_subsample.steps.base.SubsampleStep`:
 * the sample stats every step declares (:data:`BASE_STATS`) and the recorded settings
   (:func:`setting_stats`: constant per-draw stats ``setting_<name>``);
 * :func:`summarise`, one draw's stats from its ``steps_per_draw`` transitions;
+* :func:`one_thread`: a step draws from one thread at a time;
 * :class:`SubsampleStepState` and :class:`ChainState`: the per-chain state (tuning flag,
   the transition kernel's tuning, warnings issued) that PyMC resets once per chain
   (``set_rng`` on PyMC 5, ``setup_chain`` on PyMC 6) and carries in ``sampling_state``.
@@ -12,7 +13,9 @@ The layer under :class:`~pymc_subsample.steps.base.SubsampleStep`:
 
 from __future__ import annotations
 
+import contextlib
 import math
+import threading
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -28,6 +31,7 @@ __all__ = [
     "SETTING_DTYPES",
     "setting_stats",
     "summarise",
+    "one_thread",
     "SubsampleStepState",
     "ChainState",
     "ChainVars",
@@ -258,3 +262,23 @@ class ChainState:
         warnings.issued.add(key)
         warnings.pending.append(
             SamplerWarning(kind, f"{type(self).__name__}: {message}", "warn"))
+
+
+@contextlib.contextmanager
+def one_thread(step):
+    """A draw of ``step`` from this thread: a step holds the state of the one chain it
+    draws, so a second thread drawing with the same step object at once gets a clear
+    error instead of crossed state."""
+    me, other = threading.get_ident(), step.__dict__.get("_drawing_thread")
+    if other is not None and other != me:
+        raise RuntimeError(
+            f"This {type(step).__name__} step is drawing in another thread: a step holds "
+            "the state of the one chain it draws (its rows, tuning, running checks). "
+            "Build one step per concurrent pm.sample call (or sample the chains in one "
+            "call: pm.sample(chains=..., cores=...) copies the step per chain)."
+        )
+    step._drawing_thread = me
+    try:
+        yield
+    finally:
+        step._drawing_thread = None
