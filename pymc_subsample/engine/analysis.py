@@ -25,9 +25,9 @@ from pymc.data import MinibatchIndexRV
 from pymc.variational.minibatch_rv import MinibatchRandomVariable
 
 try:  # PyTensor >= 2.31 moved graph traversal helpers
-    from pytensor.graph.traversal import ancestors, graph_inputs
+    from pytensor.graph.traversal import ancestors, graph_inputs, io_toposort
 except ImportError:  # pragma: no cover - older PyTensor
-    from pytensor.graph.basic import ancestors, graph_inputs
+    from pytensor.graph.basic import ancestors, graph_inputs, io_toposort
 from pytensor.tensor.subtensor import AdvancedSubtensor  # noqa: E402
 
 try:  # PyTensor < 3 gathers a vector by one index array with its own op
@@ -518,11 +518,6 @@ def _check_row_selection(model, rows, n_rows, point):
     whole data's rows against a batch's."""
     from .batch_graph import _data_label, _row_indexing_error, first_axis_index
 
-    try:  # PyTensor >= 2.31 moved graph traversal helpers
-        from pytensor.graph.traversal import io_toposort
-    except ImportError:  # pragma: no cover
-        from pytensor.graph.basic import io_toposort
-
     row_vars = {r.variable for r in rows}
     params = [i for rv in model.observed_RVs for i in rv.owner.inputs]
     for node in io_toposort(list(graph_inputs(params)), params):
@@ -532,15 +527,9 @@ def _check_row_selection(model, rows, n_rows, point):
         if len(node.inputs) > 1 and through_casts(node.inputs[1]) in row_vars:
             continue  # a gather by row data (a[g]): _check_gather_indices
         data = [v for v in graph_inputs([x]) if isinstance(v, (Constant, SharedVariable))
-                and _first_dim(v) == n_rows]
+                and _full_shape(v)[:1] == (n_rows,)]
         if data and _gathered_length(x, point) == n_rows:
             raise _row_indexing_error(", ".join(_data_label(v) for v in data), node)
-
-
-def _first_dim(v):
-    value = v.data if isinstance(v, Constant) else v.get_value(borrow=True)
-    shape = np.shape(value)
-    return shape[0] if shape else None
 
 
 def _gathered_length(x, point):
@@ -562,11 +551,6 @@ def _gathered_length(x, point):
 def _check_gather_indices(model, ll_terms, rows, point):
     """Refuse row data used as indices (``a[g]``) with values outside the gathered
     vector: PyTensor's ``IndexError`` from deep in a compiled graph named neither."""
-    try:  # PyTensor >= 2.31 moved graph traversal helpers
-        from pytensor.graph.traversal import io_toposort
-    except ImportError:  # pragma: no cover
-        from pytensor.graph.basic import io_toposort
-
     by_var = {r.variable: r for r in rows}
     terms = [t for _, t in ll_terms]
     for node in io_toposort(list(graph_inputs(terms)), terms):

@@ -32,6 +32,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .variance.gradient_estimators import largest_eigenvalue
+
 __all__ = [
     "Schedule",
     "SCHEDULES",
@@ -154,10 +156,8 @@ class NoiseAverage:
         """The largest eigenvalue of the average (0.0 before any estimate); kept as
         :attr:`top`."""
         cov = self.cov
-        if cov is None or cov.size == 0 or not np.any(cov):
-            self.top = 0.0
-        elif cov.shape[0] <= self.EXACT_DIM:
-            self.top = float(np.linalg.eigvalsh(cov)[-1])
+        if cov is None or cov.shape[0] <= self.EXACT_DIM or not np.any(cov):
+            self.top = 0.0 if cov is None else largest_eigenvalue(cov)
         else:
             self.top = self._power(cov)
         return self.top

@@ -324,7 +324,7 @@ class SGLD(SubsampleStep):
             return self._diverged(q, h, stats, what)
         self._oracle.update(q)
         noise = chain.noise
-        fold = noise.due(self.ndim)  # every transition up to NoiseAverage.EXACT_DIM
+        fold = noise.due(self.ndim)  # every transition up to EXACT_DIM or a full window
         if fold:
             noise.add(self._oracle.last.whitened_covariance(self._factor))
             noise.largest()
