@@ -110,6 +110,8 @@ class RandomIntercept:
     hyper_names: list = field(default_factory=list)
     hyper_shared: bool = False
     _loc_scale_fn: object = field(default=None, repr=False)
+    #: the row covariates the effects multiply (a random slope), "" for an intercept
+    slope: str = ""
 
     def loc_scale(self, q):
         """``(loc, scale)`` of the group effects at ``q``, each of shape ``(G,)``."""
@@ -142,7 +144,8 @@ class RandomIntercept:
         """A short text of the term."""
         sizes = np.bincount(self.group_of_row, minlength=self.n_groups)
         form = "centred" if self.centred else "non-centred"
-        return (f"random intercept '{self.group_var}' ({form}) over {self.n_groups} groups "
+        kind = f"random slope on {self.slope}" if self.slope else "random intercept"
+        return (f"{kind} '{self.group_var}' ({form}) over {self.n_groups} groups "
                 f"of {self.group_name} (rows per group {int(sizes.min())}-"
                 f"{int(sizes.max())}, median {int(np.median(sizes))}); hyperparameters "
                 f"{', '.join(self.hyper_names) or '-'}")
@@ -194,13 +197,18 @@ class GroupStructure:
     params : dict
         The family's fixed parameters (scalars).
     terms : list of RandomIntercept
-        The group terms (one random intercept is covered today).
+        The group terms (one random intercept for the Taylor-sum sweep; any number of
+        intercepts and slopes for the Gaussian sweep).
     fixed_idx : ndarray of int
         Positions in ``q`` of the fixed effects (what ``f`` reads).
     fixed_names : list of str
     scale : FamilyScale or None
         The family's sampled scale (the Normal likelihood's ``sigma``), None for a family
         without a sampled parameter.
+    kernel : {"taylor", "gaussian"}
+        The sweep that runs on it: the Taylor-sum sweep of one random intercept, or the
+        exact Gaussian sweep of a Normal likelihood with several group terms (crossed,
+        nested, slopes: :mod:`pymc_subsample.engine.group_terms`).
     """
 
     family: str
@@ -212,6 +220,16 @@ class GroupStructure:
     _y_index: int = field(default=0, repr=False)
     engine: object = field(default=None, repr=False)
     scale: FamilyScale = None
+    kernel: str = "taylor"
+    _w_fn: object = field(default=None, repr=False)
+
+    def weights(self, q, data) -> list:
+        """Each term's row weights (1 for an intercept) of the rows in ``data``."""
+        n = data[0].shape[0]
+        if self._w_fn is None:
+            return [np.ones(n) for _ in self.terms]
+        return [np.broadcast_to(np.asarray(w, dtype=np.float64), (n,))
+                for w in self._w_fn(np.asarray(q, dtype=np.float64), *data)]
 
     def fixed_part(self, q, data) -> np.ndarray:
         """``f_i = o_i + x_i . beta`` of the rows in ``data`` at ``q``."""
@@ -225,9 +243,12 @@ class GroupStructure:
     def describe(self) -> str:
         """A short text of the structure (the steps' ``repr`` shows it)."""
         terms = "; ".join(t.describe() for t in self.terms)
-        scale = f" with {self.scale.describe()}" if self.scale is not None else ""
+        scale = ("" if self.scale is None else f" with sampled scale '{self.scale.name}'"
+                 if self.kernel == "gaussian" else f" with {self.scale.describe()}")
+        how = ("; exact Gaussian sweep of every location at once"
+               if self.kernel == "gaussian" else "")
         return (f"{terms}; fixed effects {', '.join(self.fixed_names) or '-'}; "
-                f"{get_family(self.family).label} likelihood{scale}")
+                f"{get_family(self.family).label} likelihood{scale}{how}")
 
 
 # ------------------------------------------------------------------ the graph work
@@ -281,11 +302,15 @@ def find_groups(engine, q0=None):
     q0 = engine.initial_q() if q0 is None else np.asarray(q0, dtype=np.float64)
     try:
         spec, params = _glm(engine.model)
-        eta, node, data_vars = _one_gather(engine, spec)
-        term, group_value, hyper_vals = _random_intercept(engine, node, q0)
+        eta, nodes, data_vars = _all_gathers(engine, spec)
         scale, scale_vals = _family_scale(engine, spec, q0)
-        return _with_fixed_block(engine, spec, params, eta, node, term,
-                                 [group_value, *hyper_vals], q0, scale, scale_vals)
+        if len(nodes) == 1 and _unit_weight(engine, eta, nodes[0], q0):
+            term, group_value, hyper_vals = _random_intercept(engine, nodes[0], q0)
+            return _with_fixed_block(engine, spec, params, eta, nodes[0], term,
+                                     [group_value, *hyper_vals], q0, scale, scale_vals)
+        from .group_terms import several_terms
+
+        return several_terms(engine, spec, params, eta, nodes, q0, scale, scale_vals)
     except _Refused as why:
         return NotFound(str(why))
 
@@ -316,9 +341,9 @@ def _glm(model):
     return spec, params
 
 
-def _one_gather(engine, spec):
-    """The linear predictor (gathers lifted), its one gather by group indices, and the
-    row data variables."""
+def _all_gathers(engine, spec):
+    """The linear predictor (gathers lifted), its gathers by group indices (at least
+    one), and the row data variables."""
     eta = pt.as_tensor_variable(spec.eta)
     data_vars = engine.row_variables([eta])
 
@@ -327,11 +352,28 @@ def _one_gather(engine, spec):
 
     eta = lift_gathers(eta, is_param)
     gathers = _gathers(eta, is_param, data_vars)
-    if len(gathers) != 1:
-        raise _Refused("no group effect in the linear predictor" if not gathers else
-                       f"{len(gathers)} gathers by group indices in the linear predictor "
-                       "(one random intercept is covered)")
-    return eta, gathers[0], data_vars
+    if not gathers:
+        raise _Refused("no group effect in the linear predictor")
+    return eta, gathers, data_vars
+
+
+def _unit_weight(engine, eta, node, q0) -> bool:
+    """Whether the gather ``node`` enters ``eta`` with weight 1 on every row (a random
+    intercept: ``eta = f + X[g]``), checked on a sample of rows at ``q0`` and at a
+    moved point; False for a random slope (``X[g] * x``) or any other use."""
+    out = node.outputs[0]
+    zero = pt.zeros(node.inputs[1].shape, dtype=out.dtype)
+    f0 = clone_replace(eta, {out: zero})
+    f1 = clone_replace(eta, {out: pt.ones(node.inputs[1].shape, dtype=out.dtype)})
+    fn = engine.compile_batch([f1 - f0])
+    rng = np.random.default_rng(1)  # set-up check, not sampling
+    data = sample_rows(engine, rng)
+    n = data[0].shape[0]
+    for q in (q0, q0 + 0.3 * rng.standard_normal(q0.size)):
+        w = np.broadcast_to(np.asarray(fn(q, *data)[0], dtype=np.float64), (n,))
+        if not np.allclose(w, 1.0, rtol=0.0, atol=1e-12):
+            return False
+    return True
 
 
 def _group_variable(engine, x_vec, q0):

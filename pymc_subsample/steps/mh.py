@@ -154,10 +154,10 @@ class MHStep(SubsampleStep):
     def _build_sweep(self, structure):
         """The blocked sweep (:mod:`pymc_subsample.steps.hierarchical`) on ``structure``,
         in place of the joint move."""
-        from .hierarchical import HierarchicalSweep
+        from .hierarchical import sweep_for
 
         self._before_sweep()
-        sweep = HierarchicalSweep(self.engine, structure)
+        sweep = sweep_for(self.engine, structure)
         if self._steps_per_draw_default:  # a step's own default
             self.steps_per_draw = 1
         self.control = NoControlVariate(self.engine)

@@ -67,7 +67,7 @@ def test_crossed_effects_warn_before_sampling_and_in_the_first_draw(name):
     model = _crossed()
     with model, pytest.warns(UserWarning, match=r"random effects \(a\[carrier\], "
                              r"c\[row index\]\) that the blocked hierarchical sweep does "
-                             r"not cover \(2 gathers .*R-hat"):
+                             r"not cover \(2 group terms .*Bernoulli likelihood.*R-hat"):
         step = getattr(pms, name)()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

@@ -86,6 +86,17 @@ parameter plugs in as the Normal scale does: the structure's ``scale``, its move
 that can evaluate it (for the Normal, :mod:`~pymc_subsample.steps.hierarchical.normal`).
 """
 
+from .gaussian import GaussianSweep
 from .sweep import SWEEP_MOVES, HierarchicalSweep, SweepState
 
-__all__ = ["HierarchicalSweep", "SweepState", "SWEEP_MOVES"]
+__all__ = ["GaussianSweep", "HierarchicalSweep", "SweepState", "SWEEP_MOVES", "sweep_for"]
+
+
+def sweep_for(engine, structure):
+    """The sweep kernel of ``structure``: the exact Gaussian sweep
+    (:class:`~pymc_subsample.steps.hierarchical.gaussian.GaussianSweep`) for a Normal
+    likelihood with several group terms or slopes (``structure.kernel == "gaussian"``),
+    else the Taylor-sum sweep (:class:`HierarchicalSweep`)."""
+    if structure.kernel == "gaussian":
+        return GaussianSweep(engine, structure)
+    return HierarchicalSweep(engine, structure)

@@ -18,12 +18,26 @@ import numpy as np
 from ...kernels.hierarchical import GroupRows, GroupTaylor, SmallRows, eb_fit
 from ...kernels.variance.predictor import row_loglik
 
-__all__ = ["SweepFit"]
+__all__ = ["SweepFit", "fixed_design"]
 
 #: rows per chunk of the set-up passes
 _CHUNK = 65536
 #: design arrays (x_i, o_i, y_i) kept in memory up to this many bytes
 _CACHE_BYTES = 1 << 30
+
+
+def fixed_design(structure, q_template, data):
+    """``(o, X, y)`` of the rows in ``data``: ``f_i = o_i + X_i . beta``, the columns of
+    ``X`` exact differences at ``q_template`` (``f`` is affine in the fixed effects)."""
+    beta0 = q_template[structure.fixed_idx]
+    f0 = structure.fixed_part(q_template, data)
+    cols = []
+    for j in structure.fixed_idx:
+        e = q_template.copy()
+        e[j] += 1.0
+        cols.append(structure.fixed_part(e, data) - f0)
+    X = np.column_stack(cols) if cols else np.zeros((f0.size, 0))
+    return f0 - X @ beta0, X, structure.y(data)
 
 
 class SweepFit:
@@ -70,17 +84,8 @@ class SweepFit:
         self._cache = tuple(np.concatenate([pt[k] for pt in parts]) for k in range(3))
 
     def _design_from(self, data):
-        """``(o, X, y)`` of the rows in ``data``: ``f_i = o_i + X_i . beta``, the columns
-        of ``X`` exact differences (``f`` is affine in the fixed effects)."""
-        beta0 = self.q_template[self.s.fixed_idx]
-        f0 = self.s.fixed_part(self.q_template, data)
-        cols = []
-        for j in self.s.fixed_idx:
-            e = self.q_template.copy()
-            e[j] += 1.0
-            cols.append(self.s.fixed_part(e, data) - f0)
-        X = np.column_stack(cols) if cols else np.zeros((f0.size, 0))
-        return f0 - X @ beta0, X, self.s.y(data)
+        """``(o, X, y)`` of the rows in ``data`` (:func:`fixed_design`)."""
+        return fixed_design(self.s, self.q_template, data)
 
     def rows_eta(self, rows, db_pairs, a_pairs):
         """``y`` and the linear predictors of ``rows`` at each ``(db, a)``, and at the

@@ -24,7 +24,7 @@ from .fit import SweepFit
 from .moves import GroupCoordinates, GroupGaussian, GroupRandomWalk
 from .normal import ExactNormalTest, NormalSweepFit, ScaleConditional
 
-__all__ = ["HierarchicalSweep", "SweepState", "SWEEP_MOVES"]
+__all__ = ["HierarchicalSweep", "MoveStats", "SweepState", "SWEEP_MOVES"]
 
 #: the moves of a sweep over a structure whose one group term is of each type, in the
 #: order a sweep makes them
@@ -58,7 +58,25 @@ class SweepState:
     stats: dict = field(default_factory=dict)
 
 
-class HierarchicalSweep(TransitionKernel):
+class MoveStats:
+    """The per-move stats of a sweep's chain (its ``state.stats``: ``{"<move>__<stat>":
+    [sum, count]}``), prefixed per move as PyMC's ``CompoundStep`` prefixes its steps'
+    stats."""
+
+    def move_stats(self) -> dict:
+        """The chain's means of every move's stats so far, ``{"<move>__<stat>": mean}``."""
+        return {key: total / n if n else math.nan
+                for key, (total, n) in self.state.stats.items()}
+
+    def _tally(self, name, accepted, rows):
+        """Add one application of move ``name`` to the chain's per-move stats."""
+        for stat, value in (("accepted", accepted), ("data_used", rows)):
+            total = self.state.stats.setdefault(f"{name}__{stat}", [0.0, 0])
+            total[0] += value
+            total[1] += 1
+
+
+class HierarchicalSweep(MoveStats, TransitionKernel):
     """The sweep of a step on a :class:`~pymc_subsample.engine.groups.GroupStructure`
     (package docstring): the set-up passes (:class:`~pymc_subsample.steps.hierarchical.
     fit.SweepFit`), then :meth:`step`.
@@ -129,12 +147,6 @@ class HierarchicalSweep(TransitionKernel):
     def scaling(self) -> float:
         return math.exp(self.state.log_fixed) if self.state is not None else 1.0
 
-    def move_stats(self) -> dict:
-        """The chain's means of every move's stats so far, ``{"<move>__<stat>": mean}``
-        (prefixed per move, as PyMC's ``CompoundStep`` prefixes its steps' stats)."""
-        return {key: total / n if n else math.nan
-                for key, (total, n) in self.state.stats.items()}
-
     # ------------------------------------------------------------------ the kernel
     def init(self, q, *, warm_start):
         """Where a tuning chain starts: the centre's fixed and group effects, the chain's
@@ -162,13 +174,6 @@ class HierarchicalSweep(TransitionKernel):
         accepted = float(np.mean(accepts))
         return q, {"accepted": accepted, "accept": accepted, "data_used": int(used),
                    "n_batches": 0}
-
-    def _tally(self, name, accepted, rows):
-        """Add one application of move ``name`` to the chain's per-move stats."""
-        for stat, value in (("accepted", accepted), ("data_used", rows)):
-            total = self.state.stats.setdefault(f"{name}__{stat}", [0.0, 0])
-            total[0] += value
-            total[1] += 1
 
     def _tune_hyper(self, q):
         """The hyperparameters' covariance over the tuning draws (its Cholesky factor
