@@ -34,8 +34,8 @@ except ImportError:  # pragma: no cover
 
 from ..kernels.families import get_family
 from ..kernels.gaussian_locations import MAX_DENSE_LOCATIONS
-from .glm import is_affine, sample_rows
-from .groups import GroupStructure, _random_intercept, _Refused, _rv_name
+from .glm import sample_rows
+from .groups import GroupStructure, _fixed_block, _random_intercept, _Refused, _rv_name
 
 __all__ = ["GAUSSIAN_FAMILIES", "several_terms"]
 
@@ -97,24 +97,9 @@ def several_terms(engine, spec, params, eta, nodes, q0, scale, scale_vals):
     check_fn = engine.compile_batch([eta, f, *outs])
     rng = np.random.default_rng(0)  # set-up check, not sampling
     data = sample_rows(engine, rng)
-    if not is_affine(lambda q: np.atleast_1d(f_fn(q, *data)[0]), q0, rng):
-        raise _Refused("the fixed part of the linear predictor is not affine in the fixed "
-                       "effects")
+    y_index, fixed_vals, fixed_idx = _fixed_block(engine, spec, f_fn, f_values, terms,
+                                                  scale, q0, data, rng)
     w0 = _check_linear(check_fn, w_fn, data, q0, rng)
-    obs_value = model.rvs_to_values[model[spec.observed]]
-    y_index = next((k for k, r in enumerate(engine.rows) if r.variable is obs_value), None)
-    if y_index is None:
-        raise _Refused("the observations are an expression of the data, not a data array")
-    fixed_vals = [v for v in engine.vars if v in f_values]
-    fixed_idx = (np.concatenate([slices[v] for v in fixed_vals]) if fixed_vals
-                 else np.zeros(0, dtype=int))
-    used = set(fixed_idx).union(*(set(t.group_idx) | set(t.hyper_idx) for t in terms))
-    if scale is not None:
-        used.add(scale.idx)
-    if len(used) != engine.ndim:
-        rest = [_rv_name(model, v) for v in engine.vars if not set(slices[v]) <= used]
-        raise _Refused(f"the step also samples {', '.join(rest)}, which is neither a fixed "
-                       "effect nor a hyperparameter of the group effects")
     for term, w in zip(terms, w0):
         term.slope = "" if np.allclose(w, 1.0, rtol=0.0, atol=1e-12) else next(
             (r.name for r, col in zip(engine.rows, data)

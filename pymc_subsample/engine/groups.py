@@ -503,6 +503,21 @@ def _with_fixed_block(engine, spec, params, eta, node, term, term_vars, q0, scal
     f_fn = engine.compile_batch([f])
     rng = np.random.default_rng(0)  # set-up check, not sampling
     data = sample_rows(engine, rng)
+    y_index, fixed_vals, fixed_idx = _fixed_block(engine, spec, f_fn, f_values, [term],
+                                                  scale, q0, data, rng)
+    return GroupStructure(
+        family=spec.family, params=params, terms=[term], fixed_idx=np.sort(fixed_idx),
+        fixed_names=[_rv_name(model, v) for v in fixed_vals], _f_fn=f_fn,
+        _y_index=y_index, engine=engine, scale=scale)
+
+
+def _fixed_block(engine, spec, f_fn, f_values, terms, scale, q0, data, rng):
+    """The checks of the fixed part ``f_fn`` shared by one term and several: affine in
+    the fixed effects, the observations a data array, and every variable of the step a
+    fixed effect, a term's group variable or hyperparameter, or the scale. Returns the
+    observations' row index, the fixed effects' value variables and positions in ``q``;
+    raises ``_Refused`` with the reason."""
+    model, slices = engine.model, engine.var_slices()
     if not is_affine(lambda q: np.atleast_1d(f_fn(q, *data)[0]), q0, rng):
         raise _Refused("the fixed part of the linear predictor is not affine in the fixed "
                        "effects")
@@ -513,17 +528,14 @@ def _with_fixed_block(engine, spec, params, eta, node, term, term_vars, q0, scal
     fixed_vals = [v for v in engine.vars if v in f_values]
     fixed_idx = (np.concatenate([slices[v] for v in fixed_vals]) if fixed_vals
                  else np.zeros(0, dtype=int))
-    used = set(term.group_idx) | set(term.hyper_idx) | set(fixed_idx)
+    used = set(fixed_idx).union(*(set(t.group_idx) | set(t.hyper_idx) for t in terms))
     if scale is not None:
         used.add(scale.idx)
     if len(used) != engine.ndim:
         rest = [_rv_name(model, v) for v in engine.vars if not set(slices[v]) <= used]
         raise _Refused(f"the step also samples {', '.join(rest)}, which is neither a fixed "
                        "effect nor a hyperparameter of the group effects")
-    return GroupStructure(
-        family=spec.family, params=params, terms=[term], fixed_idx=np.sort(fixed_idx),
-        fixed_names=[_rv_name(model, v) for v in fixed_vals], _f_fn=f_fn,
-        _y_index=y_index, engine=engine, scale=scale)
+    return y_index, fixed_vals, fixed_idx
 
 
 def random_effects(engine) -> list[str]:

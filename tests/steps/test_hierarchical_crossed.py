@@ -251,3 +251,17 @@ def test_data_changed_after_the_step_was_built_is_refused():
             with pytest.raises(InvalidDataError, match="'y' changed since this step"):
                 pm.sample(step=step, draws=5, tune=5, chains=1, progressbar=False,
                           random_seed=1, compute_convergence_checks=False)
+
+
+def test_unidentified_fixed_effects_are_refused_naming_them():
+    """Two copies of one covariate under a flat prior: the posterior is improper, and the
+    step says so at construction instead of sampling it."""
+    x, g, h, y = _data()
+    with pm.Model():
+        b = pm.Flat("b", shape=2)
+        a = pm.Normal("a", 0.0, pm.HalfNormal("tau", 1.0), shape=int(g.max()) + 1)
+        c = pm.Normal("c", 0.0, pm.HalfNormal("t2", 1.0), shape=int(h.max()) + 1)
+        pm.Normal("y", b[0] * x + b[1] * x + a[g] + c[h], pm.HalfNormal("sigma", 1.0),
+                  observed=y)
+        with pytest.raises(pms.ModelNotSupportedError, match="rank deficient"):
+            pms.ScalableMH()

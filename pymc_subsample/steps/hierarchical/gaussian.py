@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ...engine.analysis import ModelNotSupportedError
 from ...kernels.gaussian_locations import GaussianConditional, Layout, LocationSums
 from ..kernel import TransitionKernel
 from .fit import fixed_design
@@ -85,10 +86,17 @@ class GaussianFit:
         raw = self._sums(e0, c0)
         shift = np.r_[self.grad_beta + self.beta_prec @ q[s.fixed_idx],
                       np.zeros(self.layout.size - self.layout.p)]
+        p = self.layout.p
+        # every location's conditional is proper iff the fixed effects' block is: each
+        # term's effects have a proper Normal prior (``X'X / sigma^2 + prior precision``)
+        m = zz[0][:p, :p] / var + self.beta_prec
+        d = np.sqrt(np.clip(np.diag(m), 1e-300, None))  # scale-free: correlation form
         try:
+            if p and not np.linalg.eigvalsh(m / np.outer(d, d))[0] > 1e-10:
+                raise np.linalg.LinAlgError
             centre = GaussianConditional(raw, 1.0 / var, lam, self.beta_prec, shift).mean()
         except np.linalg.LinAlgError:
-            raise ValueError(
+            raise ModelNotSupportedError(
                 "the fixed effects are not identified by the data and their prior (the "
                 f"design of {', '.join(s.fixed_names)} is rank deficient and the prior "
                 "flat): give them a proper prior, or drop the collinear columns") from None
@@ -248,13 +256,6 @@ class GaussianSweep(MoveStats, TransitionKernel):
     def reset(self):
         self.state = GaussianSweepState(factors={name: 0.0 for name, _, _ in self.blocks})
         self._conds = {}
-
-    def get_state(self):
-        return None if self.state is None else {"sweep": self.state}
-
-    def set_state(self, state):
-        if state is not None:
-            self.state = state["sweep"]
 
     @property
     def scaling(self) -> float:

@@ -59,9 +59,16 @@ class SweepState:
 
 
 class MoveStats:
-    """The per-move stats of a sweep's chain (its ``state.stats``: ``{"<move>__<stat>":
-    [sum, count]}``), prefixed per move as PyMC's ``CompoundStep`` prefixes its steps'
-    stats."""
+    """A sweep's chain state as the step's ``kernel_state`` (``{"sweep": state}``) and its
+    per-move stats (its ``state.stats``: ``{"<move>__<stat>": [sum, count]}``), prefixed
+    per move as PyMC's ``CompoundStep`` prefixes its steps' stats."""
+
+    def get_state(self):
+        return None if self.state is None else {"sweep": self.state}
+
+    def set_state(self, state):
+        if state is not None:
+            self.state = state["sweep"]
 
     def move_stats(self) -> dict:
         """The chain's means of every move's stats so far, ``{"<move>__<stat>": mean}``."""
@@ -135,13 +142,6 @@ class HierarchicalSweep(MoveStats, TransitionKernel):
     # ------------------------------------------------------------------ chain state
     def reset(self):
         self.state = SweepState(log_group=np.zeros(self.fit.term.n_groups))
-
-    def get_state(self):
-        return None if self.state is None else {"sweep": self.state}
-
-    def set_state(self, state):
-        if state is not None:
-            self.state = state["sweep"]
 
     @property
     def scaling(self) -> float:
