@@ -50,7 +50,7 @@ import numpy as np  # noqa: E402
 import pymc as pm  # noqa: E402
 
 import pymc_subsample as pms  # noqa: E402
-from pymc_subsample.testing import posterior  # noqa: E402
+from pymc_subsample.testing import mcse_mean, posterior  # noqa: E402
 
 
 def make_data(n, G, H, nested, seed=0):
@@ -93,7 +93,7 @@ def quantities(idata):
 def summarise(q):
     ess = {k: float(az.ess(v)) for k, v in q.items()}
     rhat = {k: float(az.rhat(v)) for k, v in q.items()}
-    mcse = {k: float(az.mcse(v)) for k, v in q.items()}
+    mcse = {k: float(mcse_mean(v)) for k, v in q.items()}
     return ess, rhat, mcse
 
 
