@@ -35,7 +35,8 @@ except ImportError:  # pragma: no cover
 from ..kernels.families import get_family
 from ..kernels.gaussian_locations import MAX_DENSE_LOCATIONS
 from .glm import sample_rows
-from .groups import GroupStructure, _fixed_block, _random_intercept, _Refused, _rv_name
+from .groups import (GroupStructure, _fixed_block, _random_intercept, _Refused, _rv_name,
+                     gather_label)
 
 __all__ = ["GAUSSIAN_FAMILIES", "several_terms"]
 
@@ -43,12 +44,12 @@ __all__ = ["GAUSSIAN_FAMILIES", "several_terms"]
 GAUSSIAN_FAMILIES = ("normal", "normal_scale")
 
 
-def several_terms(engine, spec, params, eta, nodes, q0, scale, scale_vals):
+def several_terms(engine, spec, params, eta, nodes, data_vars, q0, scale, scale_vals):
     """The :class:`~pymc_subsample.engine.groups.GroupStructure` of a linear predictor
     with the gathers ``nodes`` (several, or one that is not a plain intercept), for the
     exact Gaussian sweep (``kernel="gaussian"``); raises ``_Refused`` with the reason."""
     model, slices = engine.model, engine.var_slices()
-    labels = ", ".join(_label(model, n) for n in nodes)
+    labels = ", ".join(gather_label(model, n, data_vars) for n in nodes)
     if spec.family not in GAUSSIAN_FAMILIES:
         what = (f"{len(nodes)} group terms ({labels})" if len(nodes) > 1 else
                 f"the group effect {labels} multiplied by row data (a random slope) or "
@@ -133,11 +134,3 @@ def _check_linear(check_fn, w_fn, data, q0, rng):
                            "points)")
     return w0
 
-
-def _label(model, node) -> str:
-    """``a[g]`` of a gather node (for messages)."""
-    sources = [a for a in ancestors([node.inputs[0]]) if a in set(model.value_vars)]
-    names = "/".join(sorted({model.values_to_rvs[v].name for v in sources})) or "?"
-    idx = next((a.name for a in ancestors([node.inputs[1]]) if getattr(a, "name", None)),
-               "g")
-    return f"{names}[{idx}]"

@@ -310,7 +310,8 @@ def find_groups(engine, q0=None):
                                      [group_value, *hyper_vals], q0, scale, scale_vals)
         from .group_terms import several_terms
 
-        return several_terms(engine, spec, params, eta, nodes, q0, scale, scale_vals)
+        return several_terms(engine, spec, params, eta, nodes, data_vars, q0, scale,
+                             scale_vals)
     except _Refused as why:
         return NotFound(str(why))
 
@@ -538,6 +539,18 @@ def _fixed_block(engine, spec, f_fn, f_values, terms, scale, q0, data, rng):
     return y_index, fixed_vals, fixed_idx
 
 
+def gather_label(model, node, data_vars) -> str:
+    """``"a[g]"`` of the gather ``node`` of a random effect (for messages): the sampled
+    variables it reads, and the name of the row data that index it (``row index`` when
+    unnamed)."""
+    value_vars = set(model.value_vars)
+    sources = [a for a in ancestors([node.inputs[0]]) if a in value_vars]
+    names = "/".join(sorted({model.values_to_rvs[v].name for v in sources})) or "?"
+    index_data = [a for a in ancestors([node.inputs[1]]) if a in data_vars]
+    index = getattr(index_data[0], "name", None) if index_data else None
+    return f"{names}[{index or 'row index'}]"
+
+
 def random_effects(engine) -> list[str]:
     """Labels ``"a[g]"`` of the random effects in the model's likelihood: every gather,
     in an observed variable's distribution parameters, of a vector that depends on the
@@ -568,8 +581,7 @@ def random_effects(engine) -> list[str]:
         index_data = [a for a in ancestors([idx]) if a in data_vars]
         if not sources or not index_data or any(a in data_vars for a in ancestors([x])):
             continue
-        names = "/".join(sorted({model.values_to_rvs[v].name for v in sources}))
-        label = f"{names}[{getattr(index_data[0], 'name', None) or 'row index'}]"
+        label = gather_label(model, node, data_vars)
         if label not in found:
             found.append(label)
     return sorted(found)
