@@ -33,10 +33,10 @@ except ImportError:  # pragma: no cover
     from pytensor.graph.basic import ancestors
 
 from ..kernels.families import get_family
-from ..kernels.gaussian_locations import MAX_DENSE_LOCATIONS
+from ..kernels.gaussian_locations import MAX_DENSE_LOCATIONS, eliminated_terms
 from .glm import sample_rows
 from .groups import (GroupStructure, _fixed_block, _random_intercept, _Refused, _rv_name,
-                     gather_label)
+                     gather_label, unnamed_label)
 
 __all__ = ["GAUSSIAN_FAMILIES", "several_terms"]
 
@@ -70,7 +70,6 @@ def several_terms(engine, spec, params, eta, nodes, data_vars, q0, scale, scale_
     if shared:
         raise _Refused(f"the hyperparameters of {', '.join(shared)} are sampled by another "
                        "step (the Gaussian sweep moves every variance parameter itself)")
-    sizes = sorted(t.n_groups for t in terms)
     if any(v in hyper_vals for v in group_vals):
         raise _Refused("a group term's effects are a hyperparameter of another term")
     outs = [n.outputs[0] for n in nodes]
@@ -88,11 +87,14 @@ def several_terms(engine, spec, params, eta, nodes, data_vars, q0, scale, scale_
                        "the group effects")
     if any(v not in slices for v in f_values):
         raise _Refused("the fixed effects include variables of another step")
-    n_rest = sum(slices[v].size for v in f_values) + sum(sizes[:-1])
+    factors = _factors(terms)
+    kept = eliminated_terms([t.n_groups for t in terms], factors)
+    n_rest = sum(slices[v].size for v in f_values) + sum(
+        t.n_groups for k, t in enumerate(terms) if k not in kept)
     if n_rest > MAX_DENSE_LOCATIONS:
-        raise _Refused(f"{n_rest} locations outside the largest group term (the fixed "
-                       "effects and the other terms' levels): the Gaussian sweep factorises "
-                       f"them densely, up to {MAX_DENSE_LOCATIONS}")
+        raise _Refused(f"{n_rest} locations outside the largest grouping factor's terms "
+                       "(the fixed effects and the other factors' levels): the Gaussian "
+                       f"sweep factorises them densely, up to {MAX_DENSE_LOCATIONS}")
     f_fn = engine.compile_batch([f])
     w_fn = engine.compile_batch(weights)
     check_fn = engine.compile_batch([eta, f, *outs])
@@ -103,13 +105,23 @@ def several_terms(engine, spec, params, eta, nodes, data_vars, q0, scale, scale_
     w0 = _check_linear(check_fn, w_fn, data, q0, rng)
     for term, w in zip(terms, w0):
         term.slope = "" if np.allclose(w, 1.0, rtol=0.0, atol=1e-12) else next(
-            (r.name for r, col in zip(engine.rows, data)
+            (unnamed_label(r.name, "covariate") for r, col in zip(engine.rows, data)
              if np.shape(col) == w.shape and np.allclose(col, w, rtol=1e-12, atol=0.0)),
             "row weights")
     return GroupStructure(
         family=spec.family, params=params, terms=terms, fixed_idx=np.sort(fixed_idx),
         fixed_names=[_rv_name(model, v) for v in fixed_vals], _f_fn=f_fn, _y_index=y_index,
-        engine=engine, scale=scale, kernel="gaussian", _w_fn=w_fn)
+        engine=engine, scale=scale, kernel="gaussian", _w_fn=w_fn, factors=factors)
+
+
+def _factors(terms) -> list[int]:
+    """The grouping factor of each term: terms whose rows fall in the same levels (an
+    intercept and the slopes on one factor) share the index of the first of them."""
+    out = []
+    for k, t in enumerate(terms):
+        out.append(next((j for j in range(k) if terms[j].n_groups == t.n_groups
+                         and np.array_equal(terms[j].group_of_row, t.group_of_row)), k))
+    return out
 
 
 def _check_linear(check_fn, w_fn, data, q0, rng):

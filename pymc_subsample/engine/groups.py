@@ -38,8 +38,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pytensor
+import pytensor.scalar as ps
 import pytensor.tensor as pt
 from pytensor.graph.replace import clone_replace
+from pytensor.tensor.elemwise import Elemwise
 from .analysis import GATHERS as _GATHERS
 from .batch_graph import lift_gathers
 
@@ -209,6 +211,9 @@ class GroupStructure:
         The sweep that runs on it: the Taylor-sum sweep of one random intercept, or the
         exact Gaussian sweep of a Normal likelihood with several group terms (crossed,
         nested, slopes: :mod:`pymc_subsample.engine.group_terms`).
+    factors : list of int or None
+        The grouping factor of each term (terms with the same index of rows share one:
+        an intercept and the slopes per level of one factor), for the Gaussian sweep.
     """
 
     family: str
@@ -222,6 +227,7 @@ class GroupStructure:
     scale: FamilyScale = None
     kernel: str = "taylor"
     _w_fn: object = field(default=None, repr=False)
+    factors: list = None
 
     def weights(self, q, data) -> list:
         """Each term's row weights (1 for an intercept) of the rows in ``data``."""
@@ -363,6 +369,8 @@ def _unit_weight(engine, eta, node, q0) -> bool:
     intercept: ``eta = f + X[g]``), checked on a sample of rows at ``q0`` and at a
     moved point; False for a random slope (``X[g] * x``) or any other use."""
     out = node.outputs[0]
+    if _added(eta, out):
+        return True  # read from the graph: no function to compile
     zero = pt.zeros(node.inputs[1].shape, dtype=out.dtype)
     f0 = clone_replace(eta, {out: zero})
     f1 = clone_replace(eta, {out: pt.ones(node.inputs[1].shape, dtype=out.dtype)})
@@ -375,6 +383,32 @@ def _unit_weight(engine, eta, node, q0) -> bool:
         if not np.allclose(w, 1.0, rtol=0.0, atol=1e-12):
             return False
     return True
+
+
+def _added(eta, out) -> bool:
+    """Whether ``out`` reaches ``eta`` through additions only (``eta = f + X[g]``, in
+    any order of terms), read from the graph; False where another operation lies on a
+    path between them (then :func:`_unit_weight` checks the weight numerically)."""
+    memo = {}
+
+    def reaches(v):  # None: v does not depend on out; True: by additions; False: else
+        if v is out:
+            return True
+        if v.owner is None:
+            return None
+        if v not in memo:
+            ins = [reaches(i) for i in v.owner.inputs]
+            if not any(r is not None for r in ins):
+                memo[v] = None
+            elif False in ins or sum(r is not None for r in ins) > 1:
+                memo[v] = False  # another operation, or out reached twice (weight 2)
+            else:
+                op = v.owner.op
+                memo[v] = (isinstance(op, Elemwise)
+                           and isinstance(op.scalar_op, ps.Add))
+        return memo[v]
+
+    return reaches(eta) is True
 
 
 def _group_variable(engine, x_vec, q0):
@@ -444,7 +478,8 @@ def _random_intercept(engine, node, q0):
                  if any(a is r.variable for a in ancestors([idx]))]
     term = RandomIntercept(
         centred=centred, group_var=_rv_name(model, group_value),
-        group_name=idx_names[0] if idx_names else "group index", n_groups=n_groups,
+        group_name=unnamed_label(idx_names[0], "index") if idx_names else "group index",
+        n_groups=n_groups,
         group_of_row=groups.astype(np.int32), group_idx=slices[group_value],
         hyper_idx=np.sort(hyper_idx),
         hyper_names=[_rv_name(model, v) for v in engine.vars if v in hyper_vals],
@@ -537,6 +572,13 @@ def _fixed_block(engine, spec, f_fn, f_values, terms, scale, q0, data, rng):
         raise _Refused(f"the step also samples {', '.join(rest)}, which is neither a fixed "
                        "effect nor a hyperparameter of the group effects")
     return y_index, fixed_vals, fixed_idx
+
+
+def unnamed_label(label: str, what: str) -> str:
+    """A row-data label for messages: ``label`` itself (``data 'g'``), or, for data the
+    model holds as an unnamed constant (``constant of shape (N,)``, as Bambi writes
+    its group indices and covariates), ``an unnamed <what> (constant of shape (N,))``."""
+    return f"an unnamed {what} ({label})" if label.startswith("constant of") else label
 
 
 def gather_label(model, node, data_vars) -> str:

@@ -95,6 +95,19 @@ def test_structure_from_numpy_indices_and_scalar_slope():
         assert s.fixed_names == ["b"]
 
 
+def test_intercept_weight_read_from_the_graph():
+    """An intercept added to the predictor is read from the graph (no function compiled);
+    a gather reached twice, subtracted or multiplied is not, and goes to the numerical
+    check (a doubled gather must not be taken for weight 1)."""
+    from pymc_subsample.engine.groups import _added
+
+    f, a = pm.math.constant(np.ones(5)), pm.math.constant(np.arange(5.0))
+    out = a[np.array([0, 1, 2, 3, 4])]
+    assert _added(f + out, out) and _added(out + (f + f), out)
+    for other in (out + out, f - out, f + 2.0 * out, f * out):
+        assert not _added(other, out)
+
+
 def test_no_structure_says_why():
     rng = np.random.default_rng(1)
     X = rng.normal(size=(300, 2))

@@ -148,3 +148,45 @@ def test_bambi_model_fits_end_to_end():
                   progressbar=False)
     sd = posterior(idata)["1|g_sigma"].values
     assert np.all(np.isfinite(sd)) and np.std(sd) > 0
+
+
+@pytest.mark.parametrize("formula, terms", [
+    ("z ~ x + (1|g) + (1|h)", 2),  # crossed factors
+    ("z ~ x + (x|g)", 2),          # an intercept and a slope per group
+    ("z ~ x + (1|g/k)", 2),        # a factor nested in g
+])
+def test_bambi_gaussian_group_terms_run_the_exact_sweep(formula, terms):
+    """Bambi's Gaussian mixed models with several group terms run the exact Gaussian sweep
+    (every term found in ``m.backend.model``, Bambi's unnamed index constants named as
+    such), and ``m.fit(step=...)`` samples them reading no row per draw (skipped without
+    the ``bambi`` extra; the sweep's exactness is tested on the plain models,
+    ``test_hierarchical_crossed.py``)."""
+    bmb = pytest.importorskip("bambi")
+    import pandas as pd
+
+    from pymc_subsample.steps.hierarchical import GaussianSweep
+
+    rng = np.random.default_rng(5)
+    n = 1500
+    g, h = rng.integers(0, 8, n), rng.integers(0, 5, n)
+    k = rng.integers(0, 3, n)
+    x = rng.normal(size=n)
+    z = 0.3 + 0.5 * x + rng.normal(0, 0.5, 8)[g] + rng.normal(0, 0.4, 5)[h] + rng.normal(size=n)
+    df = pd.DataFrame({"z": z, "x": x, "g": [f"G{v}" for v in g], "h": [f"H{v}" for v in h],
+                       "k": [f"K{v}" for v in k]})
+    m = bmb.Model(formula, df, family="gaussian")
+    m.build()
+    with m.backend.model:
+        step = pms.ScalableMH()
+    assert isinstance(step.sweep, GaussianSweep), step
+    assert len(step.hierarchy.terms) == terms
+    text = step.hierarchy.describe()
+    assert "an unnamed index" in text and "sigma" in text, text
+    if "(x|g)" in formula:
+        assert "random slope on an unnamed covariate" in text, text
+    idata = m.fit(step=step, draws=150, tune=150, chains=1, cores=1, random_seed=1,
+                  progressbar=False)
+    assert float(idata.sample_stats["data_used"].max()) == 0
+    for name in ("sigma", "1|g_sigma"):
+        draws = posterior(idata)[name].values
+        assert np.all(np.isfinite(draws)) and np.std(draws) > 0, name

@@ -67,7 +67,7 @@ class GaussianFit:
         self.engine, self.s = engine, structure
         self.q_template = q = engine.initial_q()
         s = structure
-        self.layout = Layout(s.fixed_idx.size, [t.n_groups for t in s.terms])
+        self.layout = Layout(s.fixed_idx.size, [t.n_groups for t in s.terms], s.factors)
         zz, c0, e0 = None, np.zeros(self.layout.size), 0.0
         for chunk in self._chunks():
             X, groups, weights, r = chunk
