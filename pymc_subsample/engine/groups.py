@@ -275,6 +275,16 @@ def _gathers(eta, is_param, data_vars):
     return found
 
 
+def _matrix_gathers(eta, is_param, data_vars) -> bool:
+    """Whether ``eta`` gathers rows of a data-free matrix by row data (``ab[g, 0]``)."""
+    for node in io_toposort(list(graph_inputs([eta])), [eta]):
+        if (isinstance(node.op, _GATHERS) and node.inputs[0].type.ndim >= 2
+                and is_param(node.inputs[0])
+                and any(a in data_vars for i in node.inputs[1:] for a in ancestors([i]))):
+            return True
+    return False
+
+
 def _rv_name(model, value_var) -> str:
     return model.values_to_rvs[value_var].name
 
@@ -360,6 +370,11 @@ def _all_gathers(engine, spec):
     eta = lift_gathers(eta, is_param)
     gathers = _gathers(eta, is_param, data_vars)
     if not gathers:
+        if _matrix_gathers(eta, is_param, data_vars):
+            raise _Refused("the group effects are gathered from a matrix of effects (several "
+                           "per level, as correlated intercepts and slopes under an MvNormal "
+                           "or LKJCholeskyCov prior), which the sweep does not cover yet; "
+                           "independent Normal terms per effect are covered")
         raise _Refused("no group effect in the linear predictor")
     return eta, gathers, data_vars
 

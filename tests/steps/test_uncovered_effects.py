@@ -89,3 +89,18 @@ def test_choosing_the_joint_move_does_not_warn():
     with _crossed(), warnings.catch_warnings():
         warnings.filterwarnings("error", message=".*does not cover.*")
         pms.AustereMH(hierarchical="off")
+
+
+def test_correlated_effects_warn_naming_the_matrix_of_effects():
+    """Intercepts and slopes correlated by an LKJ prior (``ab[g, 0] + ab[g, 1] * x``): not
+    covered; the warning says why (a matrix of effects), not "no group effect"."""
+    g, _, x, y = _data()
+    with pm.Model():
+        chol, _, _ = pm.LKJCholeskyCov("chol", n=2, eta=2.0, compute_corr=True,
+                                       sd_dist=pm.HalfNormal.dist(1.0))
+        ab = pm.MvNormal("ab", mu=np.zeros(2), chol=chol, shape=(G, 2))
+        b = pm.Normal("b", 0, 2, shape=2)
+        pm.Bernoulli("y", logit_p=b[0] + b[1] * x + ab[g, 0] + ab[g, 1] * x, observed=y)
+        with pytest.warns(UserWarning, match=r"does not cover \(the group effects are "
+                          r"gathered from a matrix of effects.*LKJCholeskyCov"):
+            pms.AustereMH()
