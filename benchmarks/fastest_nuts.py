@@ -13,9 +13,16 @@ those for a larger one), ``beta ~ Normal(0, 1, shape=10)``,
 Methods: ``pms.ScalableMH()``, ``pms.AustereMH()``, ``pms.BarkerMinibatch()``,
 ``pms.SGLD()`` (defaults, ``pm.sample(step=...)``); numpyro NUTS
 (``pm.sample(nuts_sampler="numpyro")``); nutpie (``pm.sample(nuts_sampler="nutpie")``,
-its default Numba backend); PyMC's default NUTS (``pm.sample()``). numpyro and nutpie
-are skipped, with a note, when they are not installed (``pip install
+its default Numba backend); nutpie's JAX back end (``nuts_sampler_kwargs={"backend":
+"jax", "gradient_backend": "jax"}``); PyMC's default NUTS (``pm.sample()``). numpyro and
+nutpie are skipped, with a note, when they are not installed (``pip install
 "pymc-subsample[bench]"``).
+
+PyMC 6 (issue 45) makes nutpie its default NUTS when it is installed and compiles with
+Numba. On PyMC 6 with nutpie, the nutpie entry is therefore ``pm.sample()`` as PyMC 6
+runs it (labelled "nutpie: PyMC 6 default"), and the PyMC entry asks for PyMC's own NUTS
+by name (``nuts_sampler="pymc"``, labelled "PyMC's own", Numba-compiled); on PyMC 5 the
+PyMC entry is ``pm.sample()`` itself. The first line of the output names the versions.
 
 Definition (the same for every method)
 --------------------------------------
@@ -150,9 +157,32 @@ D = 10
 STEPS = {"scalable": "ScalableMH", "austere": "AustereMH", "barker": "BarkerMinibatch",
          "sgld": "SGLD"}
 NUTS = {"numpyro": "NUTS (numpyro)", "nutpie": "NUTS (nutpie)",
-        "pymc": "NUTS (PyMC default)"}
+        "nutpie_jax": "NUTS (nutpie, JAX)", "pymc": "NUTS (PyMC default)"}
 LABELS = {**STEPS, **NUTS}
-REQUIRES = {"numpyro": ("numpyro", "jax"), "nutpie": ("nutpie", "numba")}
+REQUIRES = {"numpyro": ("numpyro", "jax"), "nutpie": ("nutpie", "numba"),
+            "nutpie_jax": ("nutpie", "jax")}
+
+
+def _pymc_major() -> int:
+    import pymc as pm
+
+    return int(pm.__version__.split(".")[0])
+
+
+def pymc6_default_is_nutpie() -> bool:
+    """Whether ``pm.sample()`` runs nutpie here: PyMC 6 makes nutpie its default NUTS
+    when it is installed (and compiles with Numba). Then the ``nutpie`` entry is
+    ``pm.sample()`` as PyMC 6 runs it, and the ``pymc`` entry asks for PyMC's own NUTS
+    (``nuts_sampler="pymc"``, Numba-compiled) by name; on PyMC 5 ``pymc`` is ``pm.sample()``
+    itself (PyTensor's C backend)."""
+    return _pymc_major() >= 6 and not missing("nutpie")
+
+
+def _relabel():
+    """The labels of the PyMC version this run is on (:func:`pymc6_default_is_nutpie`)."""
+    if pymc6_default_is_nutpie():
+        NUTS["nutpie"] = LABELS["nutpie"] = "NUTS (nutpie: PyMC 6 default)"
+        NUTS["pymc"] = LABELS["pymc"] = "NUTS (PyMC's own)"
 
 
 def _rows(text):
@@ -282,17 +312,24 @@ def _timed_step_run(cls, key, args, model):
 
 def _nuts_kwargs(key, *, warmup=False):
     """``pm.sample`` keyword arguments of sampler ``key`` (chains one after the other)."""
+    pymc6 = _pymc_major() >= 6
     if key == "numpyro":
         kw = {"chain_method": "sequential"}
-        if warmup:
-            kw["nuts_kwargs"] = {"max_tree_depth": 4}
+        if warmup:  # PyMC 6 hands these kwargs to numpyro's NUTS, PyMC 5 to sample_numpyro_nuts
+            kw.update({"max_tree_depth": 4} if pymc6 else {"nuts_kwargs": {"max_tree_depth": 4}})
         return {"nuts_sampler": "numpyro", "nuts_sampler_kwargs": kw}
-    if key == "nutpie":
-        kw = {"cores": 1}
+    if key in ("nutpie", "nutpie_jax"):
+        kw = {} if pymc6 else {"cores": 1}  # PyMC 6 passes pm.sample's own cores on
+        if key == "nutpie_jax":  # nutpie's JAX back end (PyMC 5 and 6 read it here)
+            kw.update(backend="jax", gradient_backend="jax")
         if warmup:
             kw["maxdepth"] = 4
-        return {"nuts_sampler": "nutpie", "nuts_sampler_kwargs": kw}
+        # PyMC 6 keeps nutpie's warm-up (its gradient counts) only when asked to
+        return {"nuts_sampler": "nutpie", "nuts_sampler_kwargs": kw,
+                **({"cores": 1, "discard_tuned_samples": False} if pymc6 else {})}
     out = {"cores": 1, "discard_tuned_samples": False}
+    if pymc6_default_is_nutpie():
+        out["nuts_sampler"] = "pymc"  # PyMC's own NUTS, which pm.sample() no longer runs
     if warmup:
         out["max_treedepth"] = 4
     return out
@@ -447,7 +484,7 @@ def grad_timing(model, key):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         t0 = time.perf_counter()
-        if key == "numpyro":
+        if key in ("numpyro", "nutpie_jax"):  # the JAX log density both samplers run
             import jax.numpy as jnp
             from pymc.sampling.jax import get_jaxified_logp
 
@@ -515,7 +552,7 @@ def _fmt(v, spec, width):
 
 def print_table(n_rows, recs, nuts_keys, chains):
     proj = " projected"
-    head = (f"{'method':<21}{'setup+compile s':>16}{'sampling s':>11}{'kept s':>9}"
+    head = (f"{'method':<30}{'setup+compile s':>16}{'sampling s':>11}{'kept s':>9}"
             f"{'ESS':>7}{'R-hat':>7}{'T1000 s':>10}{'grad/ESS':>9}")
     ratio_w = 20
     for k in nuts_keys:
@@ -526,10 +563,10 @@ def print_table(n_rows, recs, nuts_keys, chains):
     print("-" * len(head))
     for rec in recs.values():
         if rec["status"] in ("failed", "skipped"):
-            print(f"{rec['label']:<21}  {rec['status']}: {rec.get('error', '')[:150]}")
+            print(f"{rec['label']:<30}  {rec['status']}: {rec.get('error', '')[:150]}")
             continue
         p = rec["status"] == "projected"
-        line = f"{rec['label']:<21}"
+        line = f"{rec['label']:<30}"
         line += _fmt(rec["setup_s"], ".1f", 16) + _fmt(rec["sampling_s"], ".1f", 11)
         line += _fmt(rec.get("kept_s"), ".1f", 9) + _fmt(rec.get("ess"), ".0f", 7)
         line += _fmt(rec.get("rhat"), ".3f", 7) + _fmt(rec["t1000_s"], ",.1f", 10)
@@ -677,6 +714,7 @@ def main(argv=None):
     args = parse_args(argv)
     warnings.filterwarnings("ignore", message="PyTensor could not link to a BLAS")
     _quiet()
+    _relabel()
     import pymc as pm
     import pytensor
 
@@ -705,7 +743,7 @@ def main(argv=None):
           f"{threads['OMP_NUM_THREADS']}/{threads['OPENBLAS_NUM_THREADS']}/"
           f"{threads['MKL_NUM_THREADS']}; XLA_FLAGS = {threads['XLA_FLAGS'] or '(unset)'}: "
           "JAX's default threading, so numpyro may use every core")
-    if not pytensor.config.blas__ldflags:
+    if not pytensor.config.blas__ldflags and pm.__version__.startswith("5."):
         print("note: PyTensor links to no BLAS here (blas__ldflags empty): PyMC's default "
               "NUTS runs PyTensor's C backend without it, as for the users of such a set-up")
     print(f"{args.chains} chains one after the other, tune {args.tune}; steps {args.draws} "

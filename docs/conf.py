@@ -10,6 +10,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.abspath(".."))
+sys.path.insert(0, os.path.abspath("_ext"))  # the local extension notebook_execution
 # the notebooks' kernels inherit this environment: a non-interactive MPLBACKEND (CI sets
 # Agg) would stop ipykernel from choosing its inline backend, and no figure would render
 os.environ.pop("MPLBACKEND", None)
@@ -27,6 +28,9 @@ extensions = [
     "sphinx.ext.viewcode",
     "numpydoc",
     "myst_nb",
+    # a notebook whose kernel dies is executed again, and the death reported (its exit
+    # status, the memory left): docs/_ext/notebook_execution.py
+    "notebook_execution",
     # MathJax served with the site (the build machines, and some readers, have no network)
     "sphinx-mathjax-offline",
 ]

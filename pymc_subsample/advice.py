@@ -4,8 +4,8 @@
 model is reported with the first sentence of its reason), runs each step that builds for
 a short pilot, and forecasts from the pilot's timing, ``data_used`` and bulk ESS the time
 a full run would take to 1,000 effective draws. NUTS is priced from the time of one
-full-data log density and gradient (PyMC's compiled function, and numpyro's when
-installed) times a number of gradient evaluations per effective draw: an assumed default,
+full-data log density and gradient (PyMC's compiled function, and numpyro's and
+nutpie's when installed) times a number of gradient evaluations per effective draw: an assumed default,
 refined by a short NUTS pilot (on a random subsample of the rows, its likelihood scaled
 up, when a pilot on all rows would be dear). The returned :class:`Advice` prints as a
 table and ends with a recommendation, which says plainly when NUTS is the better tool.
@@ -32,9 +32,13 @@ __all__ = ["advise", "Advice", "Forecast", "STEP_NAMES", "NUTS_NAMES"]
 #: :data:`pymc_subsample.steps.REGISTRY` with ``advise=True`` (at import; a step
 #: registered later is tried too, as :func:`advise` reads the registry when called)
 STEP_NAMES = tuple(name for name, entry in STEP_REGISTRY.items() if entry.advise)
-#: the NUTS samplers :func:`advise` prices: ``"pymc"`` and ``"numpyro"`` (when installed)
-NUTS_NAMES = ("pymc", "numpyro")
-_NUTS_LABELS = {"pymc": "NUTS (PyMC)", "numpyro": "NUTS (numpyro)"}
+#: the NUTS samplers :func:`advise` prices: ``"pymc"``, and ``"numpyro"`` and ``"nutpie"``
+#: when installed (nutpie is PyMC 6's default NUTS when installed)
+NUTS_NAMES = ("pymc", "numpyro", "nutpie")
+_NUTS_LABELS = {"pymc": "NUTS (PyMC)", "numpyro": "NUTS (numpyro)",
+                "nutpie": "NUTS (nutpie)"}
+#: what each NUTS needs installed (a missing one is skipped, with a note)
+_NUTS_NEEDS = {"numpyro": ("numpyro", "jax"), "nutpie": ("nutpie", "numba")}
 #: assumed Python overhead of PyMC's NUTS per gradient, for pricing its pilot only (s)
 _NUTS_OVERHEAD_S = 2e-4
 #: NUTS gradient evaluations per bulk ESS, tuning of 2 x 1,000 included, as measured by
@@ -56,7 +60,8 @@ class Forecast:
     Attributes
     ----------
     method : str
-        ``"ScalableMH"``, ..., ``"NUTS (PyMC)"``, ``"NUTS (numpyro)"``.
+        ``"ScalableMH"``, ..., ``"NUTS (PyMC)"``, ``"NUTS (numpyro)"`` (``"NUTS (numpyro,
+        GPU)"`` when timed on a GPU), ``"NUTS (nutpie)"``.
     status : str
         ``"ok"``; ``"refused"`` (the step's construction raised: ``reason`` is the first
         sentence of its message); ``"failed"`` (the pilot or the timing raised);
@@ -487,11 +492,13 @@ def _fastest(fn, budget, min_reps=3, max_reps=30):
     return float(min(times))
 
 
-def _time_pymc_gradient(model, budget):
+def _time_pymc_gradient(model, budget, mode=None):
     """``(compile s, s per log density + gradient)`` of PyMC's compiled function, the one
-    its NUTS calls (``model.logp_dlogp_function``)."""
+    its NUTS calls (``model.logp_dlogp_function``), compiled in PyTensor's ``mode``
+    (default: PyMC's)."""
     t0 = time.perf_counter()
-    f = model.logp_dlogp_function(ravel_inputs=True)
+    kwargs = {} if mode is None else {"mode": mode}
+    f = model.logp_dlogp_function(ravel_inputs=True, **kwargs)
     f.set_extra_values({})
     point = model.initial_point()
     order = getattr(f, "_grad_vars", model.continuous_value_vars)
@@ -500,6 +507,21 @@ def _time_pymc_gradient(model, budget):
     first = time.perf_counter() - t0
     g = _fastest(lambda: f(q), budget)
     return max(first - g, 0.0), g
+
+
+def _time_nutpie_gradient(model, budget):
+    """``(compile s, s per log density + gradient)`` of nutpie's default back end: the
+    model's log density and gradient compiled by PyTensor's Numba mode, the graph that
+    ``nutpie.compile_pymc_model`` compiles (nutpie then calls it from Rust; called from
+    Python here, each evaluation carries a few microseconds more)."""
+    return _time_pymc_gradient(model, budget, mode="NUMBA")
+
+
+def _jax_platform() -> str:
+    """The platform of JAX's default device (``"cpu"``, ``"gpu"``, ``"tpu"``)."""
+    import jax
+
+    return str(jax.devices()[0].platform)
 
 
 def _time_numpyro_gradient(model, budget):
@@ -539,6 +561,17 @@ def _time_numpyro_gradient(model, budget):
     return max(compile_s - g, 0.0), max(g, 1e-9)
 
 
+#: the gradient timer of each NUTS
+_TIMERS = {"pymc": _time_pymc_gradient, "numpyro": _time_numpyro_gradient,
+           "nutpie": _time_nutpie_gradient}
+
+
+def _pymc_major() -> int:
+    import pymc
+
+    return int(pymc.__version__.split(".")[0])
+
+
 def _subsample_model(model, n_sub, seed):
     """A model of the same posterior's shape on ``n_sub`` random rows: one flat vector
     ``q`` (the unconstrained space PyMC's NUTS samples, the transforms' Jacobians
@@ -574,8 +607,10 @@ def _nuts_pilot(model, seed, opts, names=None):
     1,000; kept grads per draw; seconds per gradient in the sampler; ESS per draw)``."""
     import pymc as pm
 
+    # PyMC's own NUTS (on PyMC 6 the default is nutpie when installed): its stats hold
+    # the gradient counts and times per draw that the forecast reads
     with model, _Quiet():
-        idata = pm.sample(discard_tuned_samples=False, **_sample_kwargs(
+        idata = pm.sample(discard_tuned_samples=False, nuts_sampler="pymc", **_sample_kwargs(
             opts["pilot_tune"], opts["pilot_draws"], opts["pilot_chains"], seed))
     ss, ws = _group(idata, "sample_stats"), _group(idata, "warmup_sample_stats")
     kept = opts["pilot_chains"] * opts["pilot_draws"]
@@ -606,15 +641,20 @@ def _price_nuts(model, samplers, n_rows, seed, opts, hierarchical=False):
     for key in samplers:
         fc = Forecast(method=_NUTS_LABELS[key], exact="exact",
                       grads_per_ess=assumed, grads_source=source)
-        if key == "numpyro" and (importlib.util.find_spec("numpyro") is None
-                                 or importlib.util.find_spec("jax") is None):
-            fc.status, fc.reason = "skipped", "numpyro/jax not installed"
+        needs = _NUTS_NEEDS.get(key, ())
+        if any(importlib.util.find_spec(name) is None for name in needs):
+            fc.status, fc.reason = "skipped", "/".join(needs) + " not installed"
             out.append(fc)
             continue
+        if key == "nutpie" and _pymc_major() >= 6:
+            fc.notes.append("PyMC 6's default NUTS (pm.sample() runs nutpie when installed)")
         try:
             with _Quiet():
-                timer = _time_numpyro_gradient if key == "numpyro" else _time_pymc_gradient
+                timer = _TIMERS[key]
                 fc.setup_s, fc.seconds_per_draw = timer(model, opts["timing_budget"])
+                if key == "numpyro" and _jax_platform() != "cpu":
+                    fc.method = f"NUTS (numpyro, {_jax_platform().upper()})"
+                    fc.notes.append(f"timed on JAX's default device ({_jax_platform()})")
             timings[key] = fc.seconds_per_draw
         except Exception as err:  # noqa: BLE001 - reported
             fc.status, fc.reason = "failed", "gradient timing failed: " + _error(err)
@@ -750,7 +790,10 @@ def advise(model=None, *, pilot_draws=200, pilot_tune=None, pilot_chains=1, step
     NUTS (``"pymc"``: PyMC's compiled ``model.logp_dlogp_function``, the function its NUTS
     calls; ``"numpyro"``, when installed: ``jax.value_and_grad`` of
     ``pymc.sampling.jax.get_jaxified_logp`` in a jitted loop, as numpyro's NUTS evaluates
-    it) is priced as ``T1000 = compile + 1000 x G x g``: ``g`` the fastest time of one
+    it, on JAX's default device (a GPU when JAX sees one: the line then says so);
+    ``"nutpie"``, when installed: the same function as ``"pymc"`` compiled by PyTensor's
+    Numba mode, as nutpie's default back end compiles it; on PyMC 6 this is the NUTS
+    that ``pm.sample()`` runs) is priced as ``T1000 = compile + 1000 x G x g``: ``g`` the fastest time of one
     full-data log density and gradient, ``G`` the gradient evaluations per effective draw
     with tuning included. ``G`` defaults to ``nuts_grads_per_ess`` = 15, what
     ``benchmarks/fastest_nuts.py`` counted with 2 chains x 1,000 tuning draws on the
@@ -799,9 +842,9 @@ def advise(model=None, *, pilot_draws=200, pilot_tune=None, pilot_chains=1, step
         every registered step with ``advise=True``, in the registry's order.
     step_kwargs : dict, optional
         ``{step name: keyword arguments}`` for its construction.
-    nuts : sequence of str, default ``("pymc", "numpyro")``
-        NUTS samplers to price (numpyro is skipped, with a note, when not installed); an
-        empty sequence prices none.
+    nuts : sequence of str, default ``("pymc", "numpyro", "nutpie")``
+        NUTS samplers to price (numpyro and nutpie are skipped, with a note, when not
+        installed); an empty sequence prices none.
     tune, chains : int, default 1000 and 2
         The full run the forecasts are for.
     nuts_grads_per_ess : float, optional

@@ -146,6 +146,43 @@ def test_report_structure():
         assert word in text
 
 
+def test_nutpie_is_priced_when_installed_and_skipped_otherwise():
+    """``nuts=("nutpie",)``: PyMC 6's default NUTS is priced by the Numba-compiled
+    gradient that nutpie runs, or skipped with a note naming what is missing."""
+    import importlib.util
+
+    model = _demo_model(3000, d=3)
+    with model:
+        advice = pms.advise(steps=(), nuts=("nutpie",), nuts_pilot=False, **FAST)
+    (nuts,) = advice.nuts
+    assert nuts.method == "NUTS (nutpie)"
+    if importlib.util.find_spec("nutpie") is None or importlib.util.find_spec("numba") is None:
+        assert nuts.status == "skipped" and nuts.reason == "nutpie/numba not installed"
+        return
+    assert nuts.status == "ok", nuts.reason
+    assert nuts.seconds_per_draw > 0 and nuts.grads_per_ess == 15.0
+    assert nuts.t1000_s == pytest.approx(nuts.setup_s + 15_000 * nuts.seconds_per_draw)
+    if int(pm.__version__.split(".")[0]) >= 6:
+        assert any("PyMC 6's default NUTS" in note for note in nuts.notes)
+
+
+def test_the_numba_gradient_timer_agrees_with_the_model():
+    """The timer behind ``"nutpie"`` compiles the model's own log density (Numba mode):
+    its value at the initial point is PyMC's."""
+    pytest.importorskip("numba")
+    from pymc_subsample.advice import _time_nutpie_gradient
+
+    model = _demo_model(2000, d=3)
+    compile_s, g = _time_nutpie_gradient(model, 0.1)
+    assert compile_s >= 0 and 0 < g < 1
+    f = model.logp_dlogp_function(ravel_inputs=True, mode="NUMBA")
+    f.set_extra_values({})
+    q = np.zeros(3)
+    value, grad = f(q)
+    assert value == pytest.approx(float(model.compile_logp()({"beta": q})), rel=1e-10)
+    assert grad.shape == (3,)
+
+
 def test_a_refusal_is_reported_with_its_reason():
     model = _student_t_unknown_nu()
     with model, pytest.raises(ValueError) as err:  # ModelNotSupportedError is a ValueError
