@@ -271,8 +271,11 @@ def test_small_n_recommends_nuts():
 
 def test_demo_model_at_1e5_recommends_a_subsampling_step():
     with _demo_model(100_000):
+        # nuts_pilot_budget=0.5: a pilot on all rows (3,000 gradients of 10^5 rows) is
+        # then too dear on any machine (on PyMC 6's Numba gradient it fitted the default
+        # 10 s, and the pilot ran on all rows)
         advice = pms.advise(steps=("ScalableMH",), nuts=("pymc",), pilot_draws=100,
-                            timing_budget=0.3, random_seed=3)
+                            timing_budget=0.3, random_seed=3, nuts_pilot_budget=0.5)
     (nuts,) = advice.nuts
     # a NUTS pilot on all rows would cost too much here: it ran on a random subsample
     assert nuts.grads_source == "NUTS pilot (subsample)", nuts.notes

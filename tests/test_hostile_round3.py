@@ -133,6 +133,24 @@ def test_one_step_drawn_from_two_threads_at_once_says_so():
         pm.Bernoulli("y", logit_p=pm.math.dot(X, b), observed=y)
         step = pms.AustereMH()
     errors, barrier = [], threading.Barrier(2)
+    # the overlap made certain: the first thread to draw holds its first draw until the
+    # other thread has asked for one (on a loaded machine, or with a cold compile cache
+    # that serialises the two pm.sample set-ups, the draws did not always overlap)
+    first, other_asked = [], threading.Event()
+    real_astep, real_draw = step.astep, step._draw
+
+    def astep(q0):
+        if first and threading.get_ident() != first[0]:
+            other_asked.set()
+        return real_astep(q0)
+
+    def draw_held(q0):
+        if not first:
+            first.append(threading.get_ident())
+            other_asked.wait(timeout=120)
+        return real_draw(q0)
+
+    step.astep, step._draw = astep, draw_held
 
     def draw(seed):
         barrier.wait()
@@ -146,7 +164,8 @@ def test_one_step_drawn_from_two_threads_at_once_says_so():
         t.start()
     for t in threads:
         t.join()
-    assert errors, "the two threads never overlapped"
+    del step.astep, step._draw
+    assert other_asked.is_set() and errors, "the two threads never overlapped"
     assert all(isinstance(e, RuntimeError) and "drawing in another thread" in str(e)
                and "one step per concurrent pm.sample call" in str(e) for e in errors)
     # the step is usable again afterwards, from one thread
