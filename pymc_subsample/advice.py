@@ -2,13 +2,14 @@
 
 :func:`advise` builds each of this package's steps on the model (a step that refuses the
 model is reported with the first sentence of its reason), runs each step that builds for
-a short pilot, and forecasts from the pilot's timing, ``data_used`` and bulk ESS the time
-a full run would take to 1,000 effective draws. NUTS is priced from the time of one
-full-data log density and gradient (PyMC's compiled function, and numpyro's and
-nutpie's when installed) times a number of gradient evaluations per effective draw: an assumed default,
-refined by a short NUTS pilot (on a random subsample of the rows, its likelihood scaled
-up, when a pilot on all rows would be dear). The returned :class:`Advice` prints as a
-table and ends with a recommendation, which says plainly when NUTS is the better tool.
+a short pilot, and forecasts from the pilot's timing, ``data_used`` and bulk ESS the
+time a full run would take to 1,000 effective draws. NUTS is priced from the time of one
+full-data log density and gradient (PyMC's compiled function, and numpyro's and nutpie's
+when installed) times a number of gradient evaluations per effective draw: an assumed
+default, refined by a short NUTS pilot (on a random subsample of the rows, its
+likelihood scaled up, when a pilot on all rows would be dear). The returned
+:class:`Advice` prints as a table and ends with a recommendation, which says plainly
+when NUTS is the better tool.
 """
 
 from __future__ import annotations
@@ -652,9 +653,10 @@ def _price_nuts(model, samplers, n_rows, seed, opts, hierarchical=False):
             with _Quiet():
                 timer = _TIMERS[key]
                 fc.setup_s, fc.seconds_per_draw = timer(model, opts["timing_budget"])
-                if key == "numpyro" and _jax_platform() != "cpu":
-                    fc.method = f"NUTS (numpyro, {_jax_platform().upper()})"
-                    fc.notes.append(f"timed on JAX's default device ({_jax_platform()})")
+                platform = _jax_platform() if key == "numpyro" else "cpu"
+                if platform != "cpu":
+                    fc.method = f"NUTS (numpyro, {platform.upper()})"
+                    fc.notes.append(f"timed on JAX's default device ({platform})")
             timings[key] = fc.seconds_per_draw
         except Exception as err:  # noqa: BLE001 - reported
             fc.status, fc.reason = "failed", "gradient timing failed: " + _error(err)
@@ -792,18 +794,18 @@ def advise(model=None, *, pilot_draws=200, pilot_tune=None, pilot_chains=1, step
     ``pymc.sampling.jax.get_jaxified_logp`` in a jitted loop, as numpyro's NUTS evaluates
     it, on JAX's default device (a GPU when JAX sees one: the line then says so);
     ``"nutpie"``, when installed: the same function as ``"pymc"`` compiled by PyTensor's
-    Numba mode, as nutpie's default back end compiles it; on PyMC 6 this is the NUTS
-    that ``pm.sample()`` runs) is priced as ``T1000 = compile + 1000 x G x g``: ``g`` the fastest time of one
-    full-data log density and gradient, ``G`` the gradient evaluations per effective draw
-    with tuning included. ``G`` defaults to ``nuts_grads_per_ess`` = 15, what
+    Numba mode, as nutpie's default back end compiles it; on PyMC 6 this is the NUTS that
+    ``pm.sample()`` runs) is priced as ``T1000 = compile + 1000 x G x g``: ``g`` the fastest
+    time of one full-data log density and gradient, ``G`` the gradient evaluations per
+    effective draw with tuning included. ``G`` defaults to ``nuts_grads_per_ess`` = 15, what
     ``benchmarks/fastest_nuts.py`` counted with 2 chains x 1,000 tuning draws on the
-    10-feature logistic regression (14.6-18.2 for nutpie, numpyro and PyMC at N = 10^5):
-    an assumption, stated in the report, which is low for posteriors with strong
-    correlations or funnels (NUTS then needs deeper trees). For a model in which a step
-    finds a random intercept per group (its blocked sweep; SGLD refuses it) the default
-    is 600 instead: ``benchmarks/hierarchical.py``'s numpyro reference on the
-    non-centred hierarchical logistic regression at N = 10^5 took about 610 (200 groups)
-    and 850 (20 groups) gradient evaluations per ESS of its slowest quantity. When a short run of PyMC's
+    10-feature logistic regression (14.6-18.2 for nutpie, numpyro and PyMC at N = 10^5): an
+    assumption, stated in the report, which is low for posteriors with strong correlations
+    or funnels (NUTS then needs deeper trees). For a model in which a step finds a random
+    intercept per group (its blocked sweep; SGLD refuses it) the default is 600 instead:
+    ``benchmarks/hierarchical.py``'s numpyro reference on the non-centred hierarchical
+    logistic regression at N = 10^5 took about 610 (200 groups) and 850 (20 groups) gradient
+    evaluations per ESS of its slowest quantity. When a short run of PyMC's
     NUTS (the pilot's length) is forecast to take at most ``nuts_pilot_budget`` seconds,
     it is run and ``G`` is measured instead (its tuning gradients, the kept draws'
     gradients per draw over the bulk ESS per draw, clipped to at most 2), and PyMC's

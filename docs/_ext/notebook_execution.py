@@ -107,8 +107,9 @@ def robust(execute, log, attempts=ATTEMPTS):
                 return execute(nb, *args, kernel_manager_class=manager, **kwargs)
             except DeadKernelError:
                 status = _MANAGERS[-1].exit_status if _MANAGERS else None
-                log(f"the kernel executing the notebook '{_title(original)}' died on attempt {attempt} of {attempts}: "
-                    f"{describe_exit(status)}; {_memory_left()}")
+                log(f"the kernel executing the notebook '{_title(original)}' died on "
+                    f"attempt {attempt} of {attempts}: {describe_exit(status)}; "
+                    f"{_memory_left()}")
                 if attempt == attempts:
                     raise
                 nb.cells = copy.deepcopy(original.cells)
